@@ -1,0 +1,1 @@
+"""multiworker: run TensorFlow MultiWorkerMirroredStrategy training as one Kubernetes resource."""

@@ -1,0 +1,1 @@
+"""Helpers for training scripts running inside MultiWorkerJob worker pods (stdlib + TensorFlow only)."""

@@ -1,0 +1,56 @@
+# multiworker — one entry point for setup, tests and the local cluster.
+# `make run` and `make test` are the two commands a fresh machine needs (see README).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PY ?= python3
+VENV := .venv
+CLUSTER ?= local
+export MW_CACHE ?= $(HOME)/.cache/multiworker
+PYTEST := $(VENV)/bin/python -m pytest
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: operator/pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e 'operator[test]'
+	touch $@
+
+venv: $(VENV)/.installed ## create .venv with the package and test dependencies
+
+cluster-up: ## bring up the local real cluster (.cluster/kubeconfig)
+	hack/cluster/up.sh
+
+cluster-down: ## stop the local cluster (caches stay)
+	hack/cluster/down.sh
+
+images: ## build the images offline (cached by content)
+	hack/images/build.sh base worker operator
+
+generate: venv ## regenerate files derived from the source (CRD)
+	$(VENV)/bin/python -m multiworker.crd > crds/multiworker.dev_multiworkerjobs.yaml
+
+verify: venv ## lint, type-check and fail on generated-file drift
+	$(VENV)/bin/ruff check operator tests
+	$(VENV)/bin/mypy operator/src
+	$(VENV)/bin/python -m multiworker.crd | diff -u crds/multiworker.dev_multiworkerjobs.yaml - \
+		|| { echo "crds/ is stale: run make generate"; exit 1; }
+
+test-unit: venv ## unit and runtime tests (no cluster)
+	$(PYTEST) tests/unit tests/runtime
+
+test-integration: venv ## integration tests on a real cluster (CLUSTER=local|kind|existing)
+	CLUSTER=$(CLUSTER) $(PYTEST) tests/integration
+
+test-e2e: venv ## e2e tests with real TensorFlow pods (CLUSTER=local|kind|existing)
+	CLUSTER=$(CLUSTER) $(PYTEST) tests/e2e
+
+test: venv ## everything CI runs: verify, then all test tiers on the local real cluster
+	$(MAKE) verify
+	CLUSTER=$(CLUSTER) $(PYTEST) tests
+
+clean: cluster-down ## stop the cluster and remove local state (caches stay)
+	rm -rf .cluster test-logs
+
+.PHONY: help venv cluster-up cluster-down images generate verify test-unit test-integration test-e2e test clean

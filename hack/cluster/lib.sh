@@ -1,0 +1,55 @@
+# Shared settings for the local real cluster scripts (sourced, not run).
+# One cluster per machine: fixed ports and addresses, state under the repo's .cluster/.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache=${MW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/multiworker}
+bin=$cache/bin
+state=$repo/.cluster                  # kubeconfig, pki, configs, logs, pids, etcd data
+run=/run/multiworker                  # sockets and runtime state (short paths)
+kubelet_root=/var/lib/multiworker/kubelet
+containerd_root=$cache/containerd     # kept across cluster restarts: imported images survive
+sock=$run/containerd/containerd.sock
+
+node=${MW_NODE_NAME:-mw-node}
+node_gpus=${MW_NODE_GPUS:-4}
+bridge=mwbr0
+gateway=10.88.0.1                      # bridge address: API advertise address, node IP, DNS
+pod_cidr=10.88.0.0/16
+service_cidr=10.96.0.0/16
+api_service_ip=10.96.0.1
+etcd_port=12379
+api_port=6443
+
+export PATH="$bin:$PATH"
+kubeconfig=$state/kubeconfig
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
+
+# wait_until SECONDS DESCRIPTION COMMAND... : poll until COMMAND succeeds.
+wait_until() {
+  local limit=$1 what=$2; shift 2
+  local deadline=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || die "timed out after ${limit}s waiting for $what"
+    sleep 0.2
+  done
+}
+
+is_running() { # NAME: the process recorded in pids/NAME.pid is alive
+  local f=$state/pids/$1.pid
+  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
+# start NAME COMMAND...: run in its own session, log to logs/NAME.log, record the PID.
+start() {
+  local name=$1; shift
+  if is_running "$name"; then return 0; fi
+  mkdir -p "$state/logs" "$state/pids"
+  setsid "$@" >"$state/logs/$name.log" 2>&1 < /dev/null &
+  echo $! > "$state/pids/$name.pid"
+}
+
+kc() { kubectl --kubeconfig "$kubeconfig" "$@"; }

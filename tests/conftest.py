@@ -1,0 +1,78 @@
+"""Fixtures shared by the integration and e2e tiers: the cluster, images and a namespace per test.
+
+Unit and runtime tests never touch these, so they run without any cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import REPO, Cluster, load_images, provision
+
+LOG_DIR = REPO / "test-logs"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Remember each phase's outcome on the item so fixtures can save logs for failed tests."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    return provision(os.environ.get("CLUSTER", "local"))
+
+
+@pytest.fixture(scope="session")
+def images(cluster: Cluster) -> list[str]:
+    """The small images integration tests run (base: sh, sleep, python3)."""
+    names = ["base"]
+    load_images(cluster, names)
+    return names
+
+
+@pytest.fixture(scope="session")
+def worker_image(cluster: Cluster) -> str:
+    """The TensorFlow worker image e2e tests run."""
+    load_images(cluster, ["worker"])
+    return "multiworker.local/worker:dev"
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test; on failure its objects, events and pod logs go to test-logs/."""
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{slug}-{uuid.uuid4().hex[:5]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    failed = any(
+        getattr(getattr(request.node, f"rep_{w}", None), "failed", False)
+        for w in ("setup", "call")
+    )
+    if failed:
+        save_namespace_logs(cluster, name, LOG_DIR / name)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def save_namespace_logs(cluster: Cluster, namespace: str, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    dumps = {
+        "objects.txt": ["get", "all,multiworkerjobs,events", "-o", "wide"],
+        "describe.txt": ["describe", "pods,multiworkerjobs"],
+        "objects.yaml": ["get", "pods,services,multiworkerjobs", "-o", "yaml"],
+    }
+    for filename, args in dumps.items():
+        proc = cluster.kubectl("-n", namespace, *args, check=False)
+        (out / filename).write_text(proc.stdout + proc.stderr)
+    pods = cluster.kubectl("-n", namespace, "get", "pods", "-o", "name", check=False).stdout.split()
+    for pod in pods:
+        proc = cluster.kubectl("-n", namespace, "logs", pod, "--all-containers", check=False)
+        (out / f"{pod.replace('/', '-')}.log").write_text(proc.stdout + proc.stderr)

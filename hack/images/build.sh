@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Builds multiworker's container images offline and writes each one as a docker-archive,
+# $MW_CACHE/images/<name>.tar, tagged with its contract name (docs/contracts.md).
+#   build.sh [--force] [pause|base|worker|operator|worker-gpu|all]...    (default: all)
+# `all` is pause, base, worker and operator; worker-gpu (several GB) only when named.
+# Each archive is rebuilt only when a hash of its inputs changes (stored beside it as
+# <name>.key): pause.c; the base's script and package list; for worker/operator the Dockerfile,
+# images/common, the package sources, examples/training, the wheel lock and the base image ID.
+# pause and base need only gcc, debootstrap and python3; the others need buildah.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+force=0
+targets=()
+for arg in "$@"; do
+  case $arg in
+    --force) force=1 ;;
+    all) targets+=(pause base worker operator) ;;
+    pause | base | worker | operator | worker-gpu) targets+=("$arg") ;;
+    -h | --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown image '$arg' (pause, base, worker, operator, worker-gpu, all)" ;;
+  esac
+done
+[ ${#targets[@]} -gt 0 ] || targets=(pause base worker operator)
+lock_images
+
+# up_to_date NAME KEY: true (and says so) when the archive was built from the same inputs.
+up_to_date() {
+  if [ "$force" = 0 ] && fresh "$1" "$2"; then
+    log "$1: up to date ($archives/$1.tar, $(human_size "$archives/$1.tar"))"
+    return 0
+  fi
+  return 1
+}
+
+build_pause() {
+  local key src=$repo/images/pause/pause.c
+  key=$(hash_text "$(sha256sum "$src" "$here/mkarchive.py" | cut -c1-64)" "$(uname -m)")
+  up_to_date pause "$key" && return 0
+  need gcc gcc libc6-dev
+  local work; work=$(mktemp -d)
+  gcc -static -Os -s -Wall -Wextra -Werror -o "$work/pause" "$src"
+  # One file owned by root, fixed timestamps: the same source gives the same image ID.
+  tar --numeric-owner --owner=0 --group=0 --mtime=@0 --format=gnu -C "$work" -cf "$work/layer.tar" pause
+  python3 "$here/mkarchive.py" --layer "$work/layer.tar" --tag "$(ref pause)" \
+    --arch "$(dpkg --print-architecture)" --entrypoint '["/pause"]' --user 65535:65535 \
+    --out "$archives/pause.tar" >/dev/null
+  rm -rf "$work"
+  record pause "$key"
+  log "pause: built $(ref pause) ($(human_size "$archives/pause.tar"))"
+}
+
+# The base image's configuration; part of its key.
+base_options=(--env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+  --env LANG=C.UTF-8 --entrypoint '["/usr/bin/tini", "--"]' --cmd '["/bin/bash"]'
+  --label org.opencontainers.image.title=multiworker-base
+  --label org.opencontainers.image.description="Debian bookworm + python3, bash, coreutils, tini")
+
+build_base() {
+  local rootfs key
+  rootfs=$("$here/base-rootfs.sh")
+  key=$(hash_text "$(cat "$archives/base-rootfs.key")" "$(sha256sum "$here/mkarchive.py" | cut -c1-64)" \
+    "${base_options[@]}")
+  if ! up_to_date base "$key"; then
+    python3 "$here/mkarchive.py" --layer "$rootfs" --tag "$base_ref" \
+      --arch "$(dpkg --print-architecture)" "${base_options[@]}" --out "$archives/base.tar" >/dev/null
+    record base "$key"
+    log "base: built $base_ref ($(human_size "$archives/base.tar"))"
+  fi
+  load_base_into_buildah
+}
+
+# The worker and operator Dockerfiles build FROM the base in buildah's local storage.
+load_base_into_buildah() {
+  command -v buildah >/dev/null 2>&1 || return 0
+  local want have
+  want=$(archive_id "$archives/base.tar")
+  have=$(buildah inspect --type image --format '{{.FromImageID}}' "$base_ref" 2>/dev/null || true)
+  [ "sha256:$have" = "$want" ] && return 0
+  log "base: loading $base_ref into buildah's storage"
+  buildah pull --quiet "docker-archive:$archives/base.tar" >/dev/null
+  have=$(buildah inspect --type image --format '{{.FromImageID}}' "$base_ref")
+  [ "sha256:$have" = "$want" ] || die "base: buildah holds $have for $base_ref, expected $want"
+}
+
+# build_python NAME FLAVOR SOURCES...: a Dockerfile image whose venv comes from the wheel cache.
+build_python() {
+  local name=$1 flavor=$2; shift 2
+  local dockerfile=$repo/images/$name/Dockerfile lock base_id key
+  [ -f "$dockerfile" ] || die "$name: $dockerfile is missing"
+  need buildah buildah
+  for src in "$@"; do [ -e "$repo/$src" ] || die "$name: $src is missing from the repo"; done
+  build_base
+  lock=$("$here/wheels.sh" "$flavor")
+  base_id=$(buildah inspect --type image --format '{{.FromImageID}}' "$base_ref")
+  key=$(hash_text "$(hash_tree "images/$name" images/common "$@")" "$(sha256sum "$lock" | cut -c1-64)" \
+    "$base_id" "$(sha256sum "$0" | cut -c1-64)")
+  up_to_date "$name" "$key" && return 0
+
+  local t0=$SECONDS old
+  old=$(buildah inspect --type image --format '{{.FromImageID}}' "$(ref "$name")" 2>/dev/null || true)
+  log "$name: building $(ref "$name") from $base_ref (log: $archives/$name.build.log)"
+  # Wheels come in through a read-only bind mount, so they never land in a layer.
+  buildah bud --isolation chroot --pull never --quiet \
+      --file "$dockerfile" --ignorefile "$dockerfile.dockerignore" \
+      --build-arg "BASE=$base_ref" --build-arg WHEELS=/wheels \
+      --build-arg "LOCK=/wheels/locks/$(basename "$lock")" \
+      --volume "$wheels:/wheels:ro" \
+      --tag "$(ref "$name")" "$repo" > "$archives/$name.build.log" 2>&1 \
+    || { tail -30 "$archives/$name.build.log" >&2; die "$name: buildah bud failed"; }
+  log "$name: built in $((SECONDS - t0))s; writing $archives/$name.tar"
+  rm -f "$archives/$name.tar.tmp"
+  buildah push --quiet "$(ref "$name")" "docker-archive:$archives/$name.tar.tmp:$(ref "$name")" >/dev/null
+  mv "$archives/$name.tar.tmp" "$archives/$name.tar"
+  record "$name" "$key"
+  # The previous build of this tag is now unnamed: drop it so storage does not grow.
+  local new; new=$(buildah inspect --type image --format '{{.FromImageID}}' "$(ref "$name")")
+  if [ -n "$old" ] && [ "$old" != "$new" ]; then buildah rmi "$old" >/dev/null 2>&1 || true; fi
+  log "$name: done in $((SECONDS - t0))s ($(human_size "$archives/$name.tar"))"
+}
+
+runtime_sources=(operator/pyproject.toml operator/src/multiworker)
+for target in "${targets[@]}"; do
+  case $target in
+    pause) build_pause ;;
+    base) build_base ;;
+    worker) build_python worker worker "${runtime_sources[@]}" examples/training ;;
+    worker-gpu) build_python worker-gpu worker-gpu "${runtime_sources[@]}" examples/training ;;
+    operator) build_python operator operator "${runtime_sources[@]}" ;;
+  esac
+done

@@ -1,0 +1,290 @@
+"""The Helm chart against the real cluster with the real helm binary: lint, server-side
+validation of the rendered objects, install → Available → upgrade → uninstall, metrics, HA.
+
+Every release watches only its own test namespace, so an installed operator never touches
+other tests' jobs. Cluster-scoped leftovers are removed by `helm uninstall` in a finalizer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster import BIN, REPO, Cluster, load_images
+from tests.support import wait_for
+
+CHART = REPO / "charts" / "multiworker-operator"
+CRD_NAMES = ("multiworkerjobs.multiworker.dev", "kopfpeerings.kopf.dev",
+             "clusterkopfpeerings.kopf.dev")
+# What the operator exports (operator/src/multiworker/metrics.py); a scrape must show them all.
+OPERATOR_METRICS = ("multiworker_jobs", "multiworker_group_restarts_total")
+Obj = dict[str, Any]
+
+
+@dataclass
+class Helm:
+    env: dict[str, str]  # KUBECONFIG and PATH come from here
+    home: Path
+
+    def __call__(self, *args: str, check: bool = True,
+                 timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        env = {
+            **self.env,
+            "HELM_CACHE_HOME": str(self.home / "cache"),
+            "HELM_CONFIG_HOME": str(self.home / "config"),
+            "HELM_DATA_HOME": str(self.home / "data"),
+        }
+        proc = subprocess.run([str(BIN / "helm"), *args], check=False, capture_output=True,
+                              text=True, env=env, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}{proc.stdout}"
+            )
+        return proc
+
+
+@pytest.fixture(scope="module")
+def helm_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """helm's config, cache and data dirs: a temp dir, so tests never touch the user's."""
+    assert (BIN / "helm").exists(), f"no helm in {BIN}: hack/cluster/build-binaries.sh builds it"
+    return tmp_path_factory.mktemp("helm")
+
+
+@pytest.fixture(scope="module")
+def helm(cluster: Cluster, helm_home: Path) -> Helm:
+    """The helm binary the cluster bring-up built, talking to the cluster under test."""
+    return Helm(cluster.env, helm_home)
+
+
+@pytest.fixture(scope="module")
+def operator_image(cluster: Cluster) -> str:
+    load_images(cluster, ["operator"])
+    return "multiworker.local/operator:dev"
+
+
+@pytest.fixture(scope="module")
+def chart_crds(cluster: Cluster) -> None:
+    """The chart's CRDs, applied for real: custom objects can only be validated once they exist.
+
+    Same as what `helm install` does with crds/ (installs if missing, never deletes).
+    """
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    *(f"crd/{name}" for name in CRD_NAMES))
+
+
+def values_file(tmp_path: Path, values: Obj) -> str:
+    path = tmp_path / f"values-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps(values))
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Static checks: lint, and the rendered objects as the API server sees them.
+
+MODES: dict[str, Obj] = {
+    "cluster-wide": {},
+    "namespaced": {"watchNamespaces": ["NS"]},
+    "cluster-wide-ha": {"replicaCount": 2},
+    "namespaced-ha": {"replicaCount": 2, "watchNamespaces": ["NS"]},
+    "everything-on": {
+        "replicaCount": 2,
+        "metrics": {"serviceMonitor": {"enabled": True}},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "x", "operator": "Exists", "effect": "NoSchedule"}],
+        "extraArgs": ["--log-level=debug"],
+        "extraEnv": [{"name": "X", "value": "1"}],
+    },
+}
+
+
+def with_namespace(values: Obj, namespace: str) -> Obj:
+    if "watchNamespaces" in values:
+        return {**values, "watchNamespaces": [namespace]}
+    return values
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_lint_strict(helm_home: Path, tmp_path: Path, mode: str) -> None:
+    """Lint needs no cluster."""
+    values = values_file(tmp_path, with_namespace(MODES[mode], "watched"))
+    proc = Helm(dict(os.environ), helm_home)("lint", "--strict", str(CHART), "-f", values)
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.usefixtures("chart_crds")
+def test_template_accepted_by_api_server(
+    cluster: Cluster, helm: Helm, namespace: str, tmp_path: Path, mode: str
+) -> None:
+    values = with_namespace(MODES[mode], namespace)
+    if mode == "everything-on" and not has_service_monitor_crd(cluster):
+        values = {**values, "metrics": {"serviceMonitor": {"enabled": False}}}
+    rendered = helm("template", "mwo", str(CHART), "-n", namespace,
+                    "-f", values_file(tmp_path, values), "--include-crds").stdout
+    kinds = {doc["kind"] for doc in yaml.safe_load_all(rendered) if doc}
+    assert {"CustomResourceDefinition", "Deployment", "ClusterRole"} <= kinds
+    proc = cluster.kubectl("apply", "--server-side", "--dry-run=server", "--validate=strict",
+                           "-n", namespace, "-f", "-", input=rendered)
+    assert "(server dry run)" in proc.stdout
+
+
+def has_service_monitor_crd(cluster: Cluster) -> bool:
+    proc = cluster.kubectl("get", "crd", "servicemonitors.monitoring.coreos.com", check=False)
+    return proc.returncode == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The chart installed for real.
+
+@dataclass
+class Release:
+    helm: Helm
+    cluster: Cluster
+    name: str
+    namespace: str
+
+    @property
+    def fullname(self) -> str:
+        return f"{self.name}-multiworker-operator"
+
+    def install(self, values: Obj, tmp_path: Path) -> None:
+        self.helm("install", self.name, str(CHART), "-n", self.namespace,
+                  "-f", values_file(tmp_path, values))
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.cluster.kubectl("-n", self.namespace, *args, check=check)
+
+    def deployment(self) -> Obj:
+        out = self.kubectl("get", "deployment", self.fullname, "-o", "json").stdout
+        result: Obj = json.loads(out)
+        return result
+
+    def rolled_out(self) -> bool:
+        """True once the Deployment's latest spec is fully rolled out and Available."""
+        d = self.deployment()
+        spec, status = d["spec"], d.get("status", {})
+        conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+        return (
+            status.get("observedGeneration") == d["metadata"]["generation"]
+            and status.get("updatedReplicas") == spec["replicas"]
+            and status.get("availableReplicas") == spec["replicas"]
+            and status.get("replicas") == spec["replicas"]  # no old pods left
+            and conditions.get("Available") == "True"
+        )
+
+    def wait_rolled_out(self, timeout: float = 180) -> None:
+        wait_for(self.rolled_out, timeout, interval=1, describe=self.describe)
+
+    def describe(self) -> str:
+        deployment = self.kubectl("describe", "deployment", self.fullname, check=False).stdout
+        pods = self.kubectl("describe", "pods", "-l",
+                            f"app.kubernetes.io/instance={self.name}", check=False).stdout
+        logs = self.kubectl("logs", "-l", f"app.kubernetes.io/instance={self.name}",
+                            "--all-containers", "--tail=50", "--prefix", check=False)
+        return (f"release {self.name} to roll out\n{deployment}\n{pods}\n"
+                f"{logs.stdout}{logs.stderr}")
+
+    def pod_names(self) -> list[str]:
+        out = self.kubectl("get", "pods", "-l", f"app.kubernetes.io/instance={self.name}",
+                           "--field-selector=status.phase=Running", "-o", "name").stdout
+        return [line.removeprefix("pod/") for line in out.split()]
+
+
+@pytest.fixture
+def release(cluster: Cluster, helm: Helm, namespace: str, operator_image: str) -> Iterator[Release]:
+    """A unique release name in the test's namespace; uninstalled afterwards whatever happened
+    (its ClusterRole and ClusterRoleBinding outlive the namespace otherwise)."""
+    rel = Release(helm, cluster, f"mwo-{uuid.uuid4().hex[:6]}", namespace)
+    yield rel
+    helm("uninstall", rel.name, "-n", namespace, "--wait", "--timeout=120s", check=False)
+
+
+def test_install_upgrade_uninstall(release: Release, tmp_path: Path) -> None:
+    ns, cluster = release.namespace, release.cluster
+    release.install({"watchNamespaces": [ns]}, tmp_path)
+    release.wait_rolled_out()
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
+                    *(f"crd/{name}" for name in CRD_NAMES))
+    assert "--log-level=info" in operator_args(release)
+
+    installed = owned_objects(release)
+    assert {kind for kind, _, _ in installed} == {
+        "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",
+        "ServiceAccount",
+    }
+
+    release.helm("upgrade", release.name, str(CHART), "-n", ns, "--reuse-values",
+                 "--set", "logging.level=debug")
+    wait_for(lambda: "--log-level=debug" in operator_args(release), 30, interval=1,
+             describe="the upgraded Deployment spec")
+    release.wait_rolled_out()
+    history = json.loads(release.helm("history", release.name, "-n", ns, "-o", "json").stdout)
+    assert [(h["revision"], h["status"]) for h in history] == [(1, "superseded"), (2, "deployed")]
+
+    release.helm("uninstall", release.name, "-n", ns, "--wait", "--timeout=120s")
+    for kind, namespace, name in installed:
+        scope = ("-n", namespace) if namespace else ()
+        gone = cluster.kubectl(*scope, "get", kind, name, "--ignore-not-found", "-o", "name")
+        assert not gone.stdout.strip(), f"{kind} {name} survived helm uninstall"
+    # CRDs from crds/ are never deleted by helm: deleting one would delete every job with it.
+    cluster.kubectl("get", "crd", *CRD_NAMES)
+
+
+def operator_args(release: Release) -> list[str]:
+    containers = release.deployment()["spec"]["template"]["spec"]["containers"]
+    args: list[str] = containers[0]["args"]
+    return args
+
+
+def owned_objects(release: Release) -> list[tuple[str, str, str]]:
+    """(kind, namespace or "", name) of every object in the release's manifest."""
+    manifest = release.helm("get", "manifest", release.name, "-n", release.namespace).stdout
+    return [
+        (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+        for doc in yaml.safe_load_all(manifest) if doc
+    ]
+
+
+def test_metrics_are_scraped_through_the_service(release: Release, tmp_path: Path) -> None:
+    release.install({"watchNamespaces": [release.namespace]}, tmp_path)
+    release.wait_rolled_out()
+    path = (f"/api/v1/namespaces/{release.namespace}/services/"
+            f"http:{release.fullname}-metrics:metrics/proxy/metrics")
+    last: list[str] = [""]
+
+    def scrape() -> str | None:
+        proc = release.cluster.kubectl("get", "--raw", path, check=False)
+        last[0] = proc.stdout + proc.stderr
+        return proc.stdout if proc.returncode == 0 else None
+
+    text = wait_for(scrape, 60, interval=1, describe=lambda: f"a /metrics scrape: {last[0]}")
+    exported = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    missing = [m for m in OPERATOR_METRICS if m not in exported
+               and m.removesuffix("_total") not in exported]  # counters: TYPE has no _total
+    assert not missing, f"metrics missing from the scrape: {missing}\n{text}"
+
+
+def test_ha_replicas_peer(release: Release, tmp_path: Path) -> None:
+    """Two replicas both keep the peering object alive: kopf peering really runs."""
+    ns = release.namespace
+    release.install({"replicaCount": 2, "watchNamespaces": [ns]}, tmp_path)
+    release.wait_rolled_out()
+
+    def peers() -> set[str]:
+        proc = release.kubectl("get", "kopfpeering", release.fullname, "-o", "json")
+        return set(json.loads(proc.stdout).get("status", {}))
+
+    pods = set(release.pod_names())
+    assert len(pods) == 2
+    wait_for(lambda: peers() >= pods, 90, interval=1,
+             describe=lambda: f"both pods {pods} in the peering object, got {peers()}")

@@ -1,0 +1,296 @@
+"""The Helm chart rendered by the real helm binary, checked object by object (no cluster).
+
+What the API server thinks of the output is tests/integration/test_helm.py's job.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster import BIN, REPO
+
+CHART = REPO / "charts" / "multiworker-operator"
+RELEASE, NAMESPACE = "mwo", "ops"
+Obj = dict[str, Any]
+
+
+def helm_path() -> str:
+    found = shutil.which("helm", path=str(BIN)) or shutil.which("helm")
+    if not found:
+        pytest.skip(f"no helm binary in {BIN} or PATH (hack/cluster/build-binaries.sh builds it)")
+    return found
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    cmd = [helm_path(), *args]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+    return proc
+
+
+def template(tmp_path: Path, values: Obj | None = None, *extra: str) -> list[Obj]:
+    """Render the chart with `values` on top of values.yaml; return the objects."""
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values or {}))
+    out = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "-f", str(path), *extra).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def one(objs: list[Obj], kind: str, namespace: str | None = None) -> Obj:
+    found = [o for o in objs if o["kind"] == kind
+             and (namespace is None or o["metadata"].get("namespace") == namespace)]
+    assert len(found) == 1, f"expected one {kind} in {namespace}, got {len(found)}"
+    return found[0]
+
+
+def kinds(objs: list[Obj]) -> list[str]:
+    return sorted(o["kind"] for o in objs)
+
+
+def container(objs: list[Obj]) -> Obj:
+    containers: list[Obj] = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["operator"]
+    return containers[0]
+
+
+def rules(role: Obj) -> set[tuple[str, str, str]]:
+    """A Role's rules flattened to (apiGroup, resource, verb) triples."""
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def triples(groups: list[str], resources: list[str], verbs: list[str]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for g in groups for r in resources for v in verbs}
+
+
+# The operator's whole API footprint in the namespaces it handles (docs: templates/_rbac.tpl).
+JOB_RULES = (
+    triples(["multiworker.dev"], ["multiworkerjobs"], ["get", "list", "watch", "patch", "update"])
+    | triples(["multiworker.dev"], ["multiworkerjobs/status"], ["get", "patch", "update"])
+    | triples([""], ["pods", "services"], ["get", "list", "watch", "create", "delete"])
+    | triples(["", "events.k8s.io"], ["events"], ["create", "patch"])
+    | triples([""], ["persistentvolumeclaims"], ["get"])
+)
+CRD_RULES = triples(["apiextensions.k8s.io"], ["customresourcedefinitions"], ["get", "list", "watch"])
+NAMESPACE_RULES = triples([""], ["namespaces"], ["list", "watch"])
+
+
+def peering_rules(resource: str) -> set[tuple[str, str, str]]:
+    return triples(["kopf.dev"], [resource], ["get", "list", "watch", "patch"])
+
+
+def test_default_is_cluster_wide_standalone(tmp_path: Path) -> None:
+    objs = template(tmp_path)
+    assert kinds(objs) == [
+        "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount",
+    ]
+    assert rules(one(objs, "ClusterRole")) == CRD_RULES | JOB_RULES
+    args = container(objs)["args"]
+    assert "--all-namespaces" in args and "--standalone" in args
+    assert not [a for a in args if a.startswith(("--namespace", "--peering"))]
+    deployment = one(objs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_namespaced_mode_grants_only_the_watched_namespaces(tmp_path: Path) -> None:
+    objs = template(tmp_path, {"watchNamespaces": ["team-a", "team-b"]})
+    assert rules(one(objs, "ClusterRole")) == CRD_RULES | NAMESPACE_RULES
+    for ns in ("team-a", "team-b"):
+        assert rules(one(objs, "Role", ns)) == JOB_RULES
+        binding = one(objs, "RoleBinding", ns)
+        assert binding["roleRef"]["name"] == one(objs, "Role", ns)["metadata"]["name"]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "mwo-multiworker-operator", "namespace": NAMESPACE}
+        ]
+    args = container(objs)["args"]
+    assert [a for a in args if a.startswith("--namespace")] == [
+        "--namespace=team-a", "--namespace=team-b",
+    ]
+    assert "--all-namespaces" not in args
+
+
+def test_cluster_role_binds_the_service_account(tmp_path: Path) -> None:
+    objs = template(tmp_path)
+    account = one(objs, "ServiceAccount")
+    binding = one(objs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == one(objs, "ClusterRole")["metadata"]["name"]
+    assert binding["subjects"] == [{
+        "kind": "ServiceAccount",
+        "name": account["metadata"]["name"],
+        "namespace": NAMESPACE,
+    }]
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    # Release names are unique per namespace only: cluster-scoped names carry the namespace.
+    assert binding["metadata"]["name"] == f"{NAMESPACE}:mwo-multiworker-operator"
+
+
+def test_ha_cluster_wide_uses_a_cluster_peering(tmp_path: Path) -> None:
+    objs = template(tmp_path, {"replicaCount": 3})
+    peering = one(objs, "ClusterKopfPeering")
+    assert peering["apiVersion"] == "kopf.dev/v1"
+    assert "namespace" not in peering["metadata"]
+    name = peering["metadata"]["name"]
+    assert rules(one(objs, "ClusterRole")) == (
+        CRD_RULES | JOB_RULES | peering_rules("clusterkopfpeerings")
+    )
+    args = container(objs)["args"]
+    assert "--standalone" not in args
+    assert f"--peering={name}" in args
+    deployment = one(objs, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    env = {e["name"]: e for e in container(objs)["env"]}
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
+def test_ha_namespaced_peers_in_every_watched_namespace(tmp_path: Path) -> None:
+    objs = template(tmp_path, {"replicaCount": 2, "watchNamespaces": ["a", "b"],
+                               "peering": {"name": "mwj-peers"}})
+    assert not [o for o in objs if o["kind"] == "ClusterKopfPeering"]
+    for ns in ("a", "b"):
+        assert one(objs, "KopfPeering", ns)["metadata"]["name"] == "mwj-peers"
+        assert rules(one(objs, "Role", ns)) == JOB_RULES | peering_rules("kopfpeerings")
+    assert rules(one(objs, "ClusterRole")) == CRD_RULES | NAMESPACE_RULES
+    assert "--peering=mwj-peers" in container(objs)["args"]
+
+
+def test_no_wildcards_and_no_secrets(tmp_path: Path) -> None:
+    for values in ({}, {"watchNamespaces": ["a"], "replicaCount": 2}):
+        for role in (o for o in template(tmp_path, values) if o["kind"] in ("Role", "ClusterRole")):
+            for group, resource, verb in rules(role):
+                assert "*" not in (group, resource, verb)
+                assert resource not in ("secrets", "configmaps")
+                assert verb not in ("escalate", "bind", "impersonate", "deletecollection")
+
+
+def test_container_is_locked_down(tmp_path: Path) -> None:
+    objs = template(tmp_path)
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = container(objs)
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert set(c["resources"]) == {"requests", "limits"}
+    assert {"cpu", "memory"} <= set(c["resources"]["limits"])
+    assert c["image"] == "multiworker.local/operator:dev"
+    assert c["imagePullPolicy"] == "IfNotPresent"
+
+
+def test_probes_use_kopf_health_endpoint(tmp_path: Path) -> None:
+    c = container(template(tmp_path, {"health": {"port": 9999}}))
+    assert "--health-port=9999" in c["args"]
+    assert {"name": "health", "containerPort": 9999, "protocol": "TCP"} in c["ports"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_logging_and_extra_args_reach_the_command_line(tmp_path: Path) -> None:
+    values = {"logging": {"level": "debug", "format": "json"}, "extraArgs": ["--x=1"]}
+    args = container(template(tmp_path, values))["args"]
+    assert "--log-level=debug" in args and "--log-format=json" in args
+    assert args[-1] == "--x=1"
+
+
+def test_metrics_service_and_optional_service_monitor(tmp_path: Path) -> None:
+    objs = template(tmp_path, {"metrics": {"port": 9102}})
+    service = one(objs, "Service")
+    assert service["metadata"]["name"] == "mwo-multiworker-operator-metrics"
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9102, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert service["spec"]["selector"] == one(objs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert "--metrics-port=9102" in container(objs)["args"]
+    assert not [o for o in objs if o["kind"] == "ServiceMonitor"]
+
+    monitor = one(template(tmp_path, {"metrics": {"serviceMonitor": {
+        "enabled": True, "labels": {"release": "prom"}}}}), "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+
+
+def test_scheduling_values_reach_the_pod(tmp_path: Path) -> None:
+    values = {
+        "nodeSelector": {"role": "system"},
+        "tolerations": [{"key": "system", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {}},
+        "priorityClassName": "system-cluster-critical",
+    }
+    pod = one(template(tmp_path, values), "Deployment")["spec"]["template"]["spec"]
+    for key, value in values.items():
+        assert pod[key] == value
+
+
+def test_schema_rejects_typos_and_bad_values(tmp_path: Path) -> None:
+    for bad in ({"replicas": 2}, {"logging": {"level": "loud"}}, {"replicaCount": 0},
+                {"watchNamespaces": ["Not_A_Namespace"]}):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(bad))
+        proc = helm("template", RELEASE, str(CHART), "-f", str(path), check=False)
+        assert proc.returncode != 0, f"{bad} was accepted"
+        assert "schema" in proc.stderr.lower()
+
+
+def test_crds_come_from_the_repository_crds_directory(tmp_path: Path) -> None:
+    """The chart ships the generated CRD itself (a symlink), never a hand-kept copy."""
+    link = CHART / "crds" / "multiworker.dev_multiworkerjobs.yaml"
+    assert link.is_symlink()
+    assert link.resolve() == (REPO / "crds" / "multiworker.dev_multiworkerjobs.yaml").resolve()
+    objs = template(tmp_path, {}, "--include-crds")
+    crds = {o["metadata"]["name"]: o for o in objs if o["kind"] == "CustomResourceDefinition"}
+    assert set(crds) == {
+        "multiworkerjobs.multiworker.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev",
+    }
+    source = yaml.safe_load((REPO / "crds" / "multiworker.dev_multiworkerjobs.yaml").read_text())
+    assert crds["multiworkerjobs.multiworker.dev"] == source
+
+
+def test_every_value_is_documented() -> None:
+    """Every value in values.yaml has a comment above it (siblings may share one comment).
+
+    Section headers (`metrics:` with nested keys) and keys inside free-form Kubernetes objects
+    (resources, security contexts) are exempt: their contents are what carry meaning.
+    """
+    free_form = ("resources", "podSecurityContext", "securityContext")
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    key = re.compile(r"^(\s*)([A-Za-z][\w.-]*):")
+    undocumented, inside = [], None
+    for i, line in enumerate(lines):
+        m = key.match(line)
+        if not m:
+            continue
+        indent = len(m.group(1))
+        if indent == 0:
+            inside = m.group(2) if m.group(2) in free_form else None
+        elif inside:
+            continue
+        if not line[m.end():].strip():
+            continue  # a section header
+        j = i - 1
+        while j >= 0 and (m2 := key.match(lines[j])) and len(m2.group(1)) == indent:
+            j -= 1  # a sibling directly above: share its comment
+        above = lines[j] if j >= 0 else ""
+        if not (above.strip().startswith("#") and len(above) - len(above.lstrip()) == indent):
+            undocumented.append(f"line {i + 1}: {line.strip()}")
+    assert not undocumented, "values without a comment:\n" + "\n".join(undocumented)

@@ -1,0 +1,85 @@
+"""The one source of names, labels and selectors: used both to build objects and to find them."""
+
+from __future__ import annotations
+
+import re
+
+GROUP = "multiworker.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "MultiWorkerJob"
+PLURAL = "multiworkerjobs"
+SINGULAR = "multiworkerjob"
+SHORT_NAME = "mwj"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+LABEL_JOB_NAME = f"{GROUP}/job-name"
+LABEL_WORKER_INDEX = f"{GROUP}/worker-index"
+LABEL_GROUP_GENERATION = f"{GROUP}/group-generation"
+FINALIZER = f"{GROUP}/finalizer"
+
+TRAINER_CONTAINER = "tensorflow"
+CHECKPOINT_VOLUME = "mwj-checkpoint"
+MAX_DNS_LABEL = 63
+_WORKER_INFIX = "-worker-"
+# Characters left for the job name plus the largest worker index in a pod hostname.
+NAME_AND_INDEX_BUDGET = MAX_DNS_LABEL - len(_WORKER_INFIX)
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def service_name(job: str) -> str:
+    """The headless Service that gives every worker a stable DNS name."""
+    return job
+
+
+def worker_name(job: str, index: int) -> str:
+    """The pod name of worker `index`; also its hostname inside the Service's subdomain."""
+    return f"{job}{_WORKER_INFIX}{index}"
+
+
+def worker_hostname(job: str, namespace: str, index: int) -> str:
+    """The DNS name peers use to reach worker `index`."""
+    return f"{worker_name(job, index)}.{service_name(job)}.{namespace}.svc"
+
+
+def worker_address(job: str, namespace: str, index: int, port: int) -> str:
+    return f"{worker_hostname(job, namespace, index)}:{port}"
+
+
+def job_selector(job: str) -> dict[str, str]:
+    """Selects every pod of the job, whatever its generation (the Service uses it too)."""
+    return {LABEL_JOB_NAME: job}
+
+
+def worker_labels(job: str, index: int, generation: int) -> dict[str, str]:
+    return {
+        LABEL_JOB_NAME: job,
+        LABEL_WORKER_INDEX: str(index),
+        LABEL_GROUP_GENERATION: str(generation),
+    }
+
+
+def label_selector(labels: dict[str, str]) -> str:
+    """Render labels as a Kubernetes label selector string."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+def name_problems(job: str, workers: int) -> list[str]:
+    """Every reason `job` with `workers` workers would produce an invalid generated name.
+
+    The job name is the Service name (a DNS-1035 label) and the prefix of every pod hostname
+    (a DNS label of at most 63 characters), so it is the *longest* hostname that counts.
+    """
+    problems = []
+    if not _DNS_1035_LABEL.match(job):
+        problems.append(
+            f"metadata.name: {job!r} must be a DNS-1035 label (lowercase letters, digits and '-', "
+            "starting with a letter): it names the job's headless Service"
+        )
+    longest = worker_name(job, max(workers, 1) - 1)
+    if len(longest) > MAX_DNS_LABEL:
+        problems.append(
+            f"metadata.name: worker hostname {longest!r} is {len(longest)} characters, "
+            f"more than {MAX_DNS_LABEL}; shorten the name or use fewer workers"
+        )
+    return problems

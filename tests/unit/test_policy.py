@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from multiworker.api import JobStatus, RestartPolicy
+from multiworker.observe import ObservedGroup, observe_group
+from multiworker.policy import (
+    NO_ACTION,
+    ActionKind,
+    backoff_seconds,
+    failure_action,
+    startup_deadline,
+    success_action,
+)
+
+from tests.unit.builders import JOB, JOB_UID, PodBuilder, at, make_spec
+
+
+def group(*pods: PodBuilder, workers: int = 3) -> ObservedGroup:
+    built = [p.build() for p in pods]
+    return observe_group(built, job=JOB, job_uid=JOB_UID, workers=workers, generation=0,
+                         container="tensorflow")
+
+
+def running(*indexes: int) -> list[PodBuilder]:
+    return [PodBuilder(i).running() for i in indexes]
+
+
+FAIL_FAST = {"onExitCodes": [{"action": "FailJob", "values": [2]}]}
+
+
+@pytest.mark.parametrize(
+    ("pods", "restarts", "policy", "kind", "reason", "message"),
+    [
+        pytest.param(
+            [*running(0, 2), PodBuilder(1).exited(1)], 0, {},
+            ActionKind.RESTART_GROUP, "WorkerFailed",
+            "restarting group: worker-1 exited 1 (Error); restart 1 of 3 in 10s",
+            id="non-zero exit restarts and spends one restart",
+        ),
+        pytest.param(
+            [*running(0, 1), PodBuilder(2).exited(137, "OOMKilled")], 2,
+            {"maxRestarts": 5, "backoffSeconds": 5},
+            ActionKind.RESTART_GROUP, "WorkerFailed",
+            "restarting group: worker-2 exited 137 (OOMKilled); restart 3 of 5 in 20s",
+            id="backoff doubles with restarts spent",
+        ),
+        pytest.param(
+            [*running(0, 2), PodBuilder(1).exited(2, message="Traceback\nValueError: bad")], 0,
+            FAIL_FAST, ActionKind.FAIL_JOB, "ExitCodeFailsJob",
+            "worker-1 exited 2 (Error: ValueError: bad); exit code 2 fails the job "
+            "(spec.restartPolicy)",
+            id="fail-fast exit code",
+        ),
+        pytest.param(
+            [*running(0, 2), PodBuilder(1).exited(1)], 3, {},
+            ActionKind.FAIL_JOB, "RestartLimitExceeded",
+            "worker-1 exited 1 (Error); restart limit reached (3 of 3 restarts spent)",
+            id="budget exhausted",
+        ),
+        pytest.param(
+            [*running(0, 2), PodBuilder(1).evicted()], 3, {},
+            ActionKind.RESTART_GROUP_UNCOUNTED, "WorkerDisrupted",
+            "restarting group: worker-1 was evicted: The node was low on resource: memory; "
+            "a disruption, not counted as a restart (0 of 3 left); starting now",
+            id="eviction does not spend the budget even when it is exhausted",
+        ),
+        pytest.param(
+            [*running(0, 2), PodBuilder(1).running().deleted(requested=5)], 1, {},
+            ActionKind.RESTART_GROUP_UNCOUNTED, "WorkerDisrupted",
+            "restarting group: worker-1 was deleted: the pod was deleted; a disruption, "
+            "not counted as a restart (2 of 3 left); starting now",
+            id="deleted pod",
+        ),
+        pytest.param(
+            [*running(1, 2), PodBuilder(0).running().disruption_target("PreemptionByScheduler")],
+            0, {}, ActionKind.RESTART_GROUP_UNCOUNTED, "WorkerDisrupted", None, id="preempted",
+        ),
+        pytest.param(
+            [*running(1, 2), PodBuilder(0).running().disruption_target("DeletionByTaintManager")],
+            0, {}, ActionKind.RESTART_GROUP_UNCOUNTED, "WorkerDisrupted", None, id="node lost",
+        ),
+        pytest.param(
+            running(0, 1, 2), 0, {}, ActionKind.NONE, "", "", id="healthy group",
+        ),
+    ],
+)
+def test_failure_policy(
+    pods: list[PodBuilder], restarts: int, policy: dict[str, Any], kind: ActionKind,
+    reason: str, message: str | None,
+) -> None:
+    spec = make_spec(restartPolicy=policy)
+    action = failure_action(spec, JobStatus(restarts=restarts), group(*pods),
+                            group_started=True, now=at(60))
+    assert (action.kind, action.reason) == (kind, reason)
+    if message is not None:
+        assert action.message == message
+
+
+def test_missing_pod_is_a_disruption_only_once_the_group_exists() -> None:
+    spec = make_spec()
+    partial = group(*running(0, 1))
+    assert failure_action(spec, JobStatus(), partial, group_started=False, now=at(1)) is NO_ACTION
+    action = failure_action(spec, JobStatus(), partial, group_started=True, now=at(1))
+    assert action.kind is ActionKind.RESTART_GROUP_UNCOUNTED
+    assert "worker-2 disappeared" in action.message
+
+
+@pytest.mark.parametrize(
+    ("pods", "culprit"),
+    [
+        pytest.param([PodBuilder(0).exited(4, finished=9), PodBuilder(2).exited(137, "OOMKilled",
+                      finished=10), PodBuilder(1).exited(3, finished=9)], 2,
+                     id="peer-failure exits are symptoms, not causes"),
+        pytest.param([PodBuilder(1).exited(1, finished=20), PodBuilder(2).exited(1, finished=10),
+                      PodBuilder(0).running()], 2, id="the first to fail is blamed"),
+        pytest.param([PodBuilder(0).exited(1, finished=8), PodBuilder(1).running()
+                      .deleted(requested=5), PodBuilder(2).running()], 1,
+                     id="a deletion before the crash explains it"),
+        pytest.param([PodBuilder(0).exited(4, finished=9), PodBuilder(1).exited(4, finished=8),
+                      PodBuilder(2).running()], 1, id="only symptoms: the earliest"),
+    ],
+)
+def test_culprit(pods: list[PodBuilder], culprit: int) -> None:
+    action = failure_action(make_spec(), JobStatus(), group(*pods), group_started=True, now=at(60))
+    assert action.culprit is not None and action.culprit.index == culprit
+
+
+UNSCHEDULABLE = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+
+
+def test_startup_timeout_fails_with_the_schedulers_words() -> None:
+    spec = make_spec(health={"startupTimeoutSeconds": 300})
+    pods = group(*running(0, 1), PodBuilder(2).created(0).unschedulable(UNSCHEDULABLE))
+    assert failure_action(spec, JobStatus(), pods, group_started=True, now=at(299)) is NO_ACTION
+    action = failure_action(spec, JobStatus(), pods, group_started=True, now=at(300))
+    assert (action.kind, action.reason) == (ActionKind.FAIL_JOB, "StartupTimeout")
+    assert action.message == f"worker-2 could not start within 300s (Unschedulable: {UNSCHEDULABLE})"
+    assert startup_deadline(spec, pods) == at(300)
+
+
+def test_startup_timeout_can_be_turned_off() -> None:
+    spec = make_spec(health={"startupTimeoutSeconds": None})
+    pods = group(PodBuilder(0).waiting("ImagePullBackOff"), *running(1, 2))
+    assert failure_action(spec, JobStatus(), pods, group_started=True, now=at(9999)) is NO_ACTION
+    assert startup_deadline(spec, pods) is None
+
+
+def test_invalid_image_name_fails_at_once() -> None:
+    pods = group(PodBuilder(0).waiting("InvalidImageName", "bad ref"), *running(1, 2))
+    action = failure_action(make_spec(), JobStatus(), pods, group_started=True, now=at(1))
+    assert action.kind is ActionKind.FAIL_JOB
+    assert "waiting will not help (InvalidImageName: bad ref)" in action.message
+
+
+@pytest.mark.parametrize(
+    ("policy", "pods", "kind", "reason"),
+    [
+        ("ChiefSucceeded", [PodBuilder(0).exited(0), *running(1, 2)], ActionKind.SUCCEED,
+         "ChiefSucceeded"),
+        ("ChiefSucceeded", [PodBuilder(0).exited(0), PodBuilder(1).exited(4),
+                            PodBuilder(2).exited(0)], ActionKind.SUCCEED, "ChiefSucceeded"),
+        ("ChiefSucceeded", [PodBuilder(1).exited(0), *running(0, 2)], ActionKind.NONE, ""),
+        ("AllWorkersSucceeded", [PodBuilder(0).exited(0), *running(1, 2)], ActionKind.NONE, ""),
+        ("AllWorkersSucceeded", [PodBuilder(i).exited(0) for i in range(3)],
+         ActionKind.SUCCEED, "AllWorkersSucceeded"),
+    ],
+)
+def test_success_policy(
+    policy: str, pods: list[PodBuilder], kind: ActionKind, reason: str
+) -> None:
+    action = success_action(make_spec(successPolicy=policy), group(*pods))
+    assert (action.kind, action.reason) == (kind, reason)
+
+
+@pytest.mark.parametrize(
+    ("base", "cap", "expected"),
+    [(10, 300, [10, 20, 40, 80, 160, 300, 300]), (0, 300, [0] * 7), (7, 7, [7] * 7)],
+)
+def test_backoff(base: int, cap: int, expected: list[int]) -> None:
+    policy = RestartPolicy(backoff_seconds=base, max_backoff_seconds=cap)
+    assert [backoff_seconds(policy, spent) for spent in range(7)] == expected
+    assert backoff_seconds(policy, 10_000) == min(cap, base * 2**32)

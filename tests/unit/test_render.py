@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from multiworker import names
+from multiworker.render import (
+    owner_reference,
+    render_service,
+    render_worker_pod,
+    tf_config,
+)
+
+from tests.unit.builders import JOB, NAMESPACE, make_job
+
+
+def env_of(pod: dict[str, Any], container: str = "tensorflow") -> dict[str, str]:
+    trainer = next(c for c in pod["spec"]["containers"] if c["name"] == container)
+    return {e["name"]: e.get("value", "") for e in trainer["env"]}
+
+
+@pytest.mark.parametrize("index", [0, 2])
+def test_tf_config_is_understood_by_tensorflow(index: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorflow as tf  # slow to import: only here
+
+    job = make_job(workers=3, port=2345)
+    pod = render_worker_pod(job, index, 0, owner_reference(job))
+    monkeypatch.setenv("TF_CONFIG", env_of(pod)["TF_CONFIG"])
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    assert resolver.cluster_spec().as_dict()["worker"] == [
+        f"demo-worker-{i}.demo.ml.svc:2345" for i in range(3)
+    ]
+    assert resolver.task_type == "worker"
+    assert resolver.task_id == index
+
+
+def test_tf_config_is_data() -> None:
+    assert tf_config("j", "ns", 2, 2222, 1) == {
+        "cluster": {"worker": ["j-worker-0.j.ns.svc:2222", "j-worker-1.j.ns.svc:2222"]},
+        "task": {"type": "worker", "index": 1},
+    }
+
+
+def test_worker_env_follows_the_contract() -> None:
+    job = make_job(workers=4, checkpoint={"claimName": "ckpt", "mountPath": "/ckpt"},
+                   health={"progressPort": 9000, "peerTimeoutSeconds": 60,
+                           "collectiveTimeoutSeconds": 90})
+    env = env_of(render_worker_pod(job, 3, 5, owner_reference(job)))
+    assert json.loads(env.pop("TF_CONFIG"))["task"] == {"type": "worker", "index": 3}
+    assert env == {
+        "MWJ_JOB_NAME": "demo",
+        "MWJ_NUM_WORKERS": "4",
+        "MWJ_WORKER_INDEX": "3",
+        "MWJ_RESTART_COUNT": "5",
+        "MWJ_CHECKPOINT_DIR": "/ckpt",
+        "MWJ_PROGRESS_PORT": "9000",
+        "MWJ_PEER_TIMEOUT_SECONDS": "60",
+        "MWJ_COLLECTIVE_TIMEOUT_SECONDS": "90",
+    }
+
+
+def test_no_checkpoint_dir_without_checkpoint() -> None:
+    job = make_job()
+    assert "MWJ_CHECKPOINT_DIR" not in env_of(render_worker_pod(job, 0, 0, owner_reference(job)))
+
+
+def test_worker_pod_identity_and_ownership() -> None:
+    job = make_job(workers=2)
+    owner = owner_reference(job)
+    pod = render_worker_pod(job, 1, 4, owner)
+    assert pod["metadata"]["name"] == "demo-worker-1"
+    assert pod["metadata"]["namespace"] == NAMESPACE
+    assert pod["metadata"]["labels"] == names.worker_labels(JOB, 1, 4)
+    assert pod["metadata"]["ownerReferences"] == [owner]
+    assert owner["controller"] is True and owner["uid"] == job.uid
+    assert pod["spec"]["hostname"] == "demo-worker-1"
+    assert pod["spec"]["subdomain"] == "demo"
+    assert pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_template_is_kept_and_only_the_trainer_gets_the_env() -> None:
+    template = {
+        "metadata": {"labels": {"team": "ml"}, "annotations": {"note": "x"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 5,
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "containers": [
+                {"name": "sidecar", "image": "s"},
+                {"name": "tensorflow", "image": "t",
+                 "resources": {"limits": {"nvidia.com/gpu": 2}},
+                 "env": [{"name": "TF_CONFIG", "value": "mine"}, {"name": "USER_VAR", "value": "1"}],
+                 "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+            ],
+        },
+    }
+    job = make_job(template=template, checkpoint={"claimName": "ckpt"})
+    pod = render_worker_pod(job, 0, 0, owner_reference(job))
+    sidecar, trainer = pod["spec"]["containers"]
+    assert "env" not in sidecar
+    assert trainer["resources"] == {"limits": {"nvidia.com/gpu": 2}}
+    names_in_order = [e["name"] for e in trainer["env"]]
+    assert names_in_order[-1] == "USER_VAR" and names_in_order.count("TF_CONFIG") == 1
+    assert env_of(pod)["TF_CONFIG"] != "mine"
+    assert trainer["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert trainer["volumeMounts"][-1] == {"name": "mwj-checkpoint", "mountPath": "/checkpoints"}
+    assert pod["spec"]["volumes"][-1] == {
+        "name": "mwj-checkpoint", "persistentVolumeClaim": {"claimName": "ckpt"}
+    }
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 5
+    assert pod["metadata"]["labels"]["team"] == "ml"
+    assert pod["metadata"]["annotations"] == {"note": "x"}
+    # The job's own template is untouched.
+    assert "hostname" not in job.spec.template.as_dict()["spec"]
+
+
+def test_headless_service() -> None:
+    job = make_job(port=3000)
+    service = render_service(job, owner_reference(job))
+    assert service["metadata"]["name"] == "demo"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"multiworker.dev/job-name": "demo"}
+    assert service["spec"]["ports"][0]["port"] == 3000
+    assert service["metadata"]["ownerReferences"][0]["uid"] == job.uid

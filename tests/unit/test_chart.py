@@ -79,8 +79,10 @@ def triples(groups: list[str], resources: list[str], verbs: list[str]) -> set[tu
 
 # The operator's whole API footprint in the namespaces it handles (docs: templates/_rbac.tpl).
 JOB_RULES = (
-    triples(["multiworker.dev"], ["multiworkerjobs"], ["get", "list", "watch", "patch", "update"])
+    triples(["multiworker.dev"], ["multiworkerjobs"],
+            ["get", "list", "watch", "patch", "update", "delete"])
     | triples(["multiworker.dev"], ["multiworkerjobs/status"], ["get", "patch", "update"])
+    | triples(["multiworker.dev"], ["multiworkerjobs/finalizers"], ["update"])
     | triples([""], ["pods", "services"], ["get", "list", "watch", "create", "delete"])
     | triples(["", "events.k8s.io"], ["events"], ["create", "patch"])
     | triples([""], ["persistentvolumeclaims"], ["get"])

@@ -6,14 +6,20 @@ ClusterRole for what is cluster-scoped by nature.
 
 {{/* Rules for the namespaced objects the operator reads and writes. */}}
 {{- define "mwo.rbac.namespacedRules" -}}
-# The jobs: kopf watches them and patches its progress annotations and finalizer onto them.
+# The jobs: kopf watches them and patches its progress annotations and finalizer onto them;
+# the operator deletes a finished job once its ttlSecondsAfterFinished has passed.
 - apiGroups: [multiworker.dev]
   resources: [multiworkerjobs]
-  verbs: [get, list, watch, patch, update]
+  verbs: [get, list, watch, patch, update, delete]
 # The job's status (phase, conditions, restarts), written through the status subresource.
 - apiGroups: [multiworker.dev]
   resources: [multiworkerjobs/status]
   verbs: [get, patch, update]
+# Worker pods and the Service are owned by their job with blockOwnerDeletion; where the
+# OwnerReferencesPermissionEnforcement admission plugin runs, that needs update on finalizers.
+- apiGroups: [multiworker.dev]
+  resources: [multiworkerjobs/finalizers]
+  verbs: [update]
 # Worker pods: created per generation, deleted on a group restart or when the job ends.
 - apiGroups: [""]
   resources: [pods]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds (once per pinned version) the Kubernetes, CoreDNS, helm, kind and kwok binaries the
+# Builds (once per pinned version) the Kubernetes, CoreDNS, helm and kind (and on request kwok) binaries the
 # local cluster needs, from Go modules only, into $MW_CACHE/bin/<name>-<version>.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,16 +34,19 @@ go_install() { # name module@version version
   [ -x "$bin/$name-$ver" ] && return 0
   echo "building $name $ver"
   local gb; gb=$(mktemp -d)
-  GOBIN=$gb go install -trimpath -ldflags "-s -w" "$mod@$ver"
+  GOBIN=$gb go install -trimpath -ldflags "-s -w" "$mod@$ver" 2>&1 | grep -v "^go: downloading" || true
+  [ -n "$(ls "$gb")" ] || { echo "build of $name failed" >&2; exit 1; }
   mv "$gb/$(ls "$gb")" "$bin/$name-$ver"; rmdir "$gb"
 }
 go_install coredns github.com/coredns/coredns "$COREDNS_VERSION"
 go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 go_install kind sigs.k8s.io/kind "$KIND_VERSION"
-go_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
+# kwok only for scale benchmarks with fake nodes: built on request (`build-binaries.sh kwok`).
+[ "${1:-}" = kwok ] && go_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
 
 # Stable names for scripts and users.
 for c in "${k8s_cmds[@]}"; do ln -sf "$c-$K8S_VERSION" "$bin/$c"; done
 ln -sf "coredns-$COREDNS_VERSION" "$bin/coredns"; ln -sf "helm-$HELM_VERSION" "$bin/helm"
-ln -sf "kind-$KIND_VERSION" "$bin/kind"; ln -sf "kwok-$KWOK_VERSION" "$bin/kwok"
+ln -sf "kind-$KIND_VERSION" "$bin/kind"
+[ -x "$bin/kwok-$KWOK_VERSION" ] && ln -sf "kwok-$KWOK_VERSION" "$bin/kwok"
 echo "binaries ready in $bin"

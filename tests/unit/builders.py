@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from multiworker import names
-from multiworker.api import Job, JobStatus, MultiWorkerJobSpec
+from multiworker.api import MultiWorkerJobSpec
+from multiworker.job import Job
+from multiworker.status import JobStatus
 
 JOB = "demo"
 NAMESPACE = "ml"

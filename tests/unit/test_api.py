@@ -4,15 +4,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from multiworker.api import (
-    CleanPodPolicy,
-    ExitCodeAction,
-    InvalidJobSpec,
-    Job,
-    JobStatus,
-    SuccessPolicy,
-    format_time,
-)
+from multiworker.api import CleanPodPolicy, ExitCodeAction, SuccessPolicy
+from multiworker.job import InvalidJobSpec, Job
+from multiworker.schema import format_time
+from multiworker.status import JobStatus
 
 from tests.unit.builders import job_body, make_spec, spec_dict
 

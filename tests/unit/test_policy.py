@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from multiworker.api import JobStatus, RestartPolicy
+from multiworker.api import RestartPolicy
 from multiworker.observe import ObservedGroup, observe_group
 from multiworker.policy import (
     NO_ACTION,
@@ -13,6 +13,7 @@ from multiworker.policy import (
     startup_deadline,
     success_action,
 )
+from multiworker.status import JobStatus
 
 from tests.unit.builders import JOB, JOB_UID, PodBuilder, at, make_spec
 

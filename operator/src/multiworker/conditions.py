@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from multiworker.api import Condition
+from multiworker.status import Condition
 
 Status = Literal["True", "False", "Unknown"]
 

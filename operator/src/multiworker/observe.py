@@ -8,7 +8,7 @@ that is not the job's fault (eviction, preemption, deletion, node loss).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -61,6 +61,8 @@ class WorkerState:
     reason: str = ""
     message: str = ""
     since: datetime | None = None  # failed/disrupted: when; pending/starting: pod creation
+    uid: str = ""
+    terminating: bool = False  # deletion requested
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ class ObservedGroup:
 
     @property
     def all_running(self) -> bool:
-        return all(w.phase is WorkerPhase.RUNNING for w in self.workers)
+        """Every worker runs (or has already finished successfully, waiting for the others)."""
+        return all(w.phase in (WorkerPhase.RUNNING, WorkerPhase.SUCCEEDED) for w in self.workers)
 
     @property
     def has_pods(self) -> bool:
@@ -133,6 +136,12 @@ def observe_group(
 
 def classify(pod: Pod, index: int, container: str) -> WorkerState:
     """The state of one worker pod, judged by its training container and its pod status."""
+    meta = pod.get("metadata", {})
+    state = _classify(pod, index, container)
+    return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta)
+
+
+def _classify(pod: Pod, index: int, container: str) -> WorkerState:
     meta, status = pod.get("metadata", {}), pod.get("status", {})
     name = meta.get("name", "")
     trainer = _container_status(status.get("containerStatuses", []), container)

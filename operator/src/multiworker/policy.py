@@ -12,15 +12,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from multiworker.api import (
-    ExitCodeAction,
-    JobStatus,
-    MultiWorkerJobSpec,
-    RestartPolicy,
-    SuccessPolicy,
-)
+from multiworker.api import ExitCodeAction, MultiWorkerJobSpec, RestartPolicy, SuccessPolicy
 from multiworker.conditions import Reason
 from multiworker.observe import ObservedGroup, WorkerPhase, WorkerState, disruption_state
+from multiworker.status import JobStatus
 
 # docs/contracts.md: 3 = peers unreachable, 4 = collective aborted. Both are symptoms.
 PEER_FAILURE_EXIT_CODES = frozenset({3, 4})

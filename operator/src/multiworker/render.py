@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from multiworker import names
-from multiworker.api import Job
+from multiworker.job import Job
 
 Manifest = dict[str, Any]
 

@@ -1,0 +1,141 @@
+"""An in-memory ClusterIO for reconcile tests: objects as dicts, deletions you can complete."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timedelta
+from typing import Any
+
+from multiworker import names
+from multiworker.k8s import Created, RejectedObject
+
+from tests.unit.builders import T0
+
+Manifest = dict[str, Any]
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeCluster:
+    def __init__(self, job: Manifest) -> None:
+        self.job: Manifest | None = copy.deepcopy(job)
+        self.pods: dict[str, Manifest] = {}
+        self.services: dict[str, Manifest] = {}
+        self.events: list[tuple[str, str, str]] = []
+        self.created_pods: list[str] = []
+        self.now = T0
+        self.reject_pods: str | None = None  # a message: the API server refuses pods
+        self.fail_status_writes = 0
+        self._uids = 0
+
+    # --- ClusterIO ---
+
+    def get_job(self, namespace: str, name: str) -> Manifest | None:
+        return copy.deepcopy(self.job)
+
+    def patch_job_status(self, namespace: str, name: str, status: Manifest) -> None:
+        if self.fail_status_writes:
+            self.fail_status_writes -= 1
+            raise RuntimeError("injected status write failure")
+        assert self.job is not None
+        merged = {**self.job.get("status", {}), **status}
+        self.job["status"] = {k: v for k, v in merged.items() if v is not None}
+
+    def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        self.job = None
+
+    def list_pods(self, namespace: str, job: str) -> list[Manifest]:
+        return [copy.deepcopy(p) for p in self.pods.values()
+                if p["metadata"]["labels"].get(names.LABEL_JOB_NAME) == job]
+
+    def get_pod(self, namespace: str, name: str) -> Manifest | None:
+        return copy.deepcopy(self.pods.get(name))
+
+    def get_service(self, namespace: str, name: str) -> Manifest | None:
+        return copy.deepcopy(self.services.get(name))
+
+    def create_pod(self, pod: Manifest) -> Created:
+        if self.reject_pods:
+            raise RejectedObject(self.reject_pods)
+        name = pod["metadata"]["name"]
+        if name in self.pods:
+            return Created.EXISTS
+        self._uids += 1
+        stored = copy.deepcopy(pod)
+        stored["metadata"].update(uid=f"pod-uid-{self._uids}", creationTimestamp=_stamp(self.now))
+        stored["status"] = {"phase": "Pending"}
+        self.pods[name] = stored
+        self.created_pods.append(name)
+        return Created.CREATED
+
+    def create_service(self, service: Manifest) -> Created:
+        name = service["metadata"]["name"]
+        if name in self.services:
+            return Created.EXISTS
+        self.services[name] = copy.deepcopy(service)
+        return Created.CREATED
+
+    def delete_pod(self, namespace: str, name: str, uid: str, grace: int | None = None) -> None:
+        pod = self.pods.get(name)
+        if pod is None or pod["metadata"]["uid"] != uid:
+            return
+        if grace == 0:
+            del self.pods[name]
+            return
+        seconds = 30 if grace is None else grace
+        pod["metadata"].setdefault("deletionTimestamp",
+                                   _stamp(self.now + timedelta(seconds=seconds)))
+        pod["metadata"].setdefault("deletionGracePeriodSeconds", seconds)
+
+    def emit_event(
+        self, job: Manifest, type_: str, reason: str, message: str, now: datetime
+    ) -> None:
+        self.events.append((type_, reason, message))
+
+    # --- what the kubelet and users do ---
+
+    def finish_deletions(self) -> None:
+        for name in [n for n, p in self.pods.items() if "deletionTimestamp" in p["metadata"]]:
+            del self.pods[name]
+
+    def run(self, *indexes: int) -> None:
+        for i in indexes or range(len(self.pods)):
+            pod = self.pods[names.worker_name(self.job_name, i)]
+            pod["status"] = {
+                "phase": "Running", "hostIP": "10.0.0.1",
+                "conditions": [{"type": "PodScheduled", "status": "True"},
+                               {"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "tensorflow", "state": {"running": {}}}],
+            }
+
+    def exit(self, index: int, code: int, reason: str = "Error", message: str = "") -> None:
+        pod = self.pods[names.worker_name(self.job_name, index)]
+        pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+        pod["status"]["containerStatuses"] = [{"name": "tensorflow", "state": {"terminated": {
+            "exitCode": code, "reason": reason, "message": message,
+            "finishedAt": _stamp(self.now)}}}]
+
+    def user_deletes(self, index: int) -> None:
+        pod = self.pods[names.worker_name(self.job_name, index)]
+        self.delete_pod("", pod["metadata"]["name"], pod["metadata"]["uid"])
+
+    def set_spec(self, **changes: Any) -> None:
+        assert self.job is not None
+        self.job["spec"].update(changes)
+        self.job["metadata"]["generation"] += 1
+
+    @property
+    def job_name(self) -> str:
+        assert self.job is not None
+        return str(self.job["metadata"]["name"])
+
+    @property
+    def status(self) -> Manifest:
+        assert self.job is not None
+        return dict(self.job.get("status", {}))
+
+    def generations(self) -> dict[str, str]:
+        return {n: p["metadata"]["labels"][names.LABEL_GROUP_GENERATION]
+                for n, p in sorted(self.pods.items())}

@@ -1,0 +1,233 @@
+"""Reconcile passes against an in-memory cluster: the whole lifecycle, one pass at a time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from multiworker.reconcile import Outcome, reconcile
+
+from tests.unit.builders import NAMESPACE, job_body
+from tests.unit.fake_cluster import FakeCluster
+
+PODS = ["demo-worker-0", "demo-worker-1", "demo-worker-2"]
+
+
+def make(**spec: Any) -> FakeCluster:
+    return FakeCluster(job_body(**spec))
+
+
+def step(cluster: FakeCluster, seconds: float = 1) -> Outcome:
+    cluster.now += timedelta(seconds=seconds)
+    return reconcile(cluster, NAMESPACE, "demo", cluster.now)
+
+
+def conditions(cluster: FakeCluster) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in cluster.status["conditions"]}
+
+
+def started(**spec: Any) -> FakeCluster:
+    """A job whose first group is running."""
+    cluster = make(**spec)
+    step(cluster)
+    cluster.run()
+    step(cluster)
+    assert cluster.status["phase"] == "Running"
+    return cluster
+
+
+def test_create_makes_service_and_workers_once() -> None:
+    cluster = make()
+    step(cluster)
+    assert sorted(cluster.pods) == PODS and list(cluster.services) == ["demo"]
+    assert cluster.status["phase"] == "Pending"
+    assert cluster.status["ready"] == "0/3"
+    assert cluster.events == [("Normal", "GroupCreated", "created 3 workers of generation 0")]
+    step(cluster)
+    step(cluster)
+    assert cluster.created_pods == PODS  # no duplicates
+    cluster.run()
+    step(cluster)
+    assert cluster.status["phase"] == "Running" and cluster.status["ready"] == "3/3"
+    assert conditions(cluster)["Running"] == ("True", "AllWorkersRunning")
+    assert cluster.status["startTime"] and cluster.status["observedGeneration"] == 1
+
+
+def test_worker_failure_restarts_the_whole_group_after_backoff() -> None:
+    cluster = started(restartPolicy={"backoffSeconds": 10})
+    cluster.exit(1, 137, "OOMKilled")
+    outcome = step(cluster)
+    status = cluster.status
+    assert (status["phase"], status["groupGeneration"], status["restarts"]) == ("Restarting", 1, 1)
+    assert status["lastFailure"]["worker"] == 1 and status["lastFailure"]["exitCode"] == 137
+    assert cluster.events[-1] == (
+        "Warning", "WorkerFailed",
+        "restarting group: worker-1 exited 137 (OOMKilled); restart 1 of 3 in 10s",
+    )
+    assert outcome.requeue == 0
+    step(cluster)  # deletes generation 0 (all of it, not only worker-1)
+    assert all("deletionTimestamp" in p["metadata"] for p in cluster.pods.values())
+    cluster.finish_deletions()
+    step(cluster)
+    assert cluster.pods == {}  # still in backoff
+    assert conditions(cluster)["Running"][0] == "False"
+    step(cluster, seconds=10)
+    assert cluster.generations() == dict.fromkeys(PODS, "1")
+    cluster.run()
+    step(cluster)
+    status = cluster.status
+    assert status["phase"] == "Running" and "recoveringSince" not in status
+    assert status["lastRecoverySeconds"] > 0
+    assert conditions(cluster)["Restarting"] == ("False", "AllWorkersRunning")
+
+
+def test_deleted_pod_restarts_without_spending_the_budget() -> None:
+    cluster = started()
+    cluster.user_deletes(2)
+    step(cluster)
+    status = cluster.status
+    assert (status["restarts"], status["disruptions"], status["groupGeneration"]) == (0, 1, 1)
+    assert "restartAfter" not in status
+    assert cluster.events[-1][1] == "WorkerDisrupted"
+    step(cluster)
+    cluster.finish_deletions()
+    step(cluster)
+    assert cluster.generations() == dict.fromkeys(PODS, "1")  # no backoff
+
+
+def test_vanished_pod_is_a_disruption() -> None:
+    cluster = started()
+    del cluster.pods["demo-worker-0"]
+    step(cluster)
+    assert cluster.status["disruptions"] == 1
+    assert "worker-0 disappeared" in cluster.events[-1][2]
+
+
+def test_budget_exhausted_fails_and_keeps_the_failed_pod_for_its_logs() -> None:
+    cluster = started(restartPolicy={"maxRestarts": 0})
+    cluster.exit(2, 1, message="Traceback\nRuntimeError: boom")
+    step(cluster)
+    status = cluster.status
+    assert status["phase"] == "Failed" and status["completionTime"]
+    assert conditions(cluster)["Failed"] == ("True", "RestartLimitExceeded")
+    assert conditions(cluster)["Running"][0] == "False"
+    assert "worker-2 exited 1 (Error: RuntimeError: boom)" in cluster.events[-1][2]
+    step(cluster)
+    terminating = {n for n, p in cluster.pods.items() if "deletionTimestamp" in p["metadata"]}
+    assert terminating == {"demo-worker-0", "demo-worker-1"}
+
+
+def test_fail_fast_exit_code() -> None:
+    cluster = started(restartPolicy={"onExitCodes": [{"action": "FailJob", "values": [2]}]})
+    cluster.exit(0, 2)
+    step(cluster)
+    assert conditions(cluster)["Failed"] == ("True", "ExitCodeFailsJob")
+    assert cluster.status["restarts"] == 0
+
+
+def test_chief_success_succeeds_and_stops_the_others() -> None:
+    cluster = started()
+    cluster.exit(0, 0)
+    cluster.exit(1, 4)  # a peer noticing the chief left must not restart a finished job
+    step(cluster)
+    assert cluster.status["phase"] == "Succeeded"
+    assert conditions(cluster)["Succeeded"] == ("True", "ChiefSucceeded")
+    step(cluster)
+    assert "deletionTimestamp" in cluster.pods["demo-worker-2"]["metadata"]
+    assert "deletionTimestamp" not in cluster.pods["demo-worker-0"]["metadata"]
+
+
+def test_clean_pod_policy_all_and_ttl() -> None:
+    cluster = started(cleanPodPolicy="All", ttlSecondsAfterFinished=60)
+    for i in range(3):
+        cluster.exit(i, 0)
+    step(cluster)
+    outcome = step(cluster)
+    assert all("deletionTimestamp" in p["metadata"] for p in cluster.pods.values())
+    assert outcome.requeue == pytest.approx(59)
+    step(cluster, seconds=59)
+    assert cluster.job is None
+
+
+def test_suspend_deletes_the_group_and_resume_starts_the_next() -> None:
+    cluster = started()
+    cluster.set_spec(suspend=True)
+    step(cluster)
+    assert cluster.status["phase"] == "Suspended" and cluster.status["groupGeneration"] == 1
+    step(cluster)
+    cluster.finish_deletions()
+    step(cluster)
+    assert cluster.pods == {}
+    cluster.set_spec(suspend=False)
+    step(cluster)
+    assert cluster.generations() == dict.fromkeys(PODS, "1")
+    assert conditions(cluster)["Suspended"] == ("False", "JobResumed")
+    assert cluster.status["restarts"] == 0
+
+
+def test_created_suspended_keeps_generation_zero() -> None:
+    cluster = make(suspend=True)
+    step(cluster)
+    assert cluster.pods == {} and cluster.status["phase"] == "Suspended"
+    cluster.set_spec(suspend=False)
+    step(cluster)
+    assert cluster.generations() == dict.fromkeys(PODS, "0")
+
+
+def test_crash_before_the_status_write_converges_without_duplicates() -> None:
+    cluster = make()
+    cluster.fail_status_writes = 1
+    with pytest.raises(RuntimeError):
+        step(cluster)
+    assert sorted(cluster.pods) == PODS and "groupStartTime" not in cluster.status
+    del cluster.pods["demo-worker-2"]  # it was never created, say
+    step(cluster)
+    assert cluster.created_pods == [*PODS, "demo-worker-2"]
+    assert cluster.status["groupStartTime"]
+
+
+def test_invalid_spec_fails_once_naming_the_field() -> None:
+    cluster = FakeCluster(job_body(name="x" * 60))
+    reconcile(cluster, NAMESPACE, "x" * 60, cluster.now)
+    reconcile(cluster, NAMESPACE, "x" * 60, cluster.now)
+    assert cluster.status["phase"] == "Failed" and cluster.pods == {}
+    [(kind, reason, message)] = cluster.events
+    assert (kind, reason) == ("Warning", "InvalidSpec")
+    assert message.startswith("invalid spec: metadata.name: worker hostname")
+
+
+def test_rejected_pod_fails_with_the_servers_words() -> None:
+    cluster = make()
+    cluster.reject_pods = 'Pod "demo-worker-0" is invalid: spec.containers[0].image: Required'
+    step(cluster)
+    assert conditions(cluster)["Failed"] == ("True", "InvalidPodTemplate")
+    assert "spec.containers[0].image: Required" in cluster.events[-1][2]
+
+
+def test_foreign_service_blocks_with_a_warning() -> None:
+    cluster = make()
+    cluster.services["demo"] = {"metadata": {"name": "demo", "ownerReferences": []}}
+    outcome = step(cluster)
+    assert cluster.pods == {}
+    assert conditions(cluster)["Running"] == ("False", "ObjectConflict")
+    assert cluster.events[-1][0] == "Warning" and outcome.requeue == 30
+    step(cluster)
+    assert len(cluster.events) == 1  # not repeated every pass
+
+
+def test_startup_timeout_fails_the_job() -> None:
+    cluster = make(health={"startupTimeoutSeconds": 60})
+    step(cluster)
+    cluster.run(0, 1)
+    outcome = step(cluster)
+    assert outcome.requeue == pytest.approx(59)
+    step(cluster, seconds=60)
+    assert conditions(cluster)["Failed"] == ("True", "StartupTimeout")
+    assert "worker-2 could not start within 60s" in cluster.events[-1][2]
+
+
+def test_gone_job_stops_the_loop() -> None:
+    cluster = make()
+    cluster.job = None
+    assert step(cluster).gone

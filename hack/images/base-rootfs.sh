@@ -90,7 +90,7 @@ find "$root/var/log" -type f -delete
 # Per-container files: the runtime provides them.
 : > "$root/etc/resolv.conf"; : > "$root/etc/hostname"; : > "$root/etc/machine-id"
 
-[ -x "$root/usr/bin/tini" ] && [ -x "$root/usr/bin/python3" ] || die "tini or python3 missing from the new root"
+for f in usr/bin/tini usr/bin/python3; do [ -x "$root/$f" ] || die "$f is missing from the new root"; done
 tar --numeric-owner --xattrs --sort=name -C "$root" -cf "$out.tmp" .
 mv "$out.tmp" "$out"
 record base-rootfs "$key"

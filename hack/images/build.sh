@@ -56,7 +56,10 @@ base_options=(--env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin
   --label org.opencontainers.image.title=multiworker-base
   --label org.opencontainers.image.description="Debian bookworm + python3, bash, coreutils, tini")
 
+base_done=0
 build_base() {
+  [ "$base_done" = 0 ] || return 0
+  base_done=1
   local rootfs key
   rootfs=$("$here/base-rootfs.sh")
   key=$(hash_text "$(cat "$archives/base-rootfs.key")" "$(sha256sum "$here/mkarchive.py" | cut -c1-64)" \
@@ -93,20 +96,19 @@ build_python() {
   build_base
   lock=$("$here/wheels.sh" "$flavor")
   base_id=$(buildah inspect --type image --format '{{.FromImageID}}' "$base_ref")
+  # Wheels come in through a read-only bind mount, so they never land in a layer.
+  local bud=(--isolation chroot --pull=never --file "$dockerfile" --ignorefile "$dockerfile.dockerignore"
+    --build-arg "BASE=$base_ref" --build-arg WHEELS=/wheels
+    --build-arg "LOCK=/wheels/locks/$(basename "$lock")" --volume "$wheels:/wheels:ro")
+  # The key: the sources, the exact wheels, the base and how buildah is called.
   key=$(hash_text "$(hash_tree "images/$name" images/common "$@")" "$(sha256sum "$lock" | cut -c1-64)" \
-    "$base_id" "$(sha256sum "$0" | cut -c1-64)")
+    "$base_id" "${bud[@]#$repo/}")
   up_to_date "$name" "$key" && return 0
 
-  local t0=$SECONDS old
+  local t0=$SECONDS old new
   old=$(buildah inspect --type image --format '{{.FromImageID}}' "$(ref "$name")" 2>/dev/null || true)
   log "$name: building $(ref "$name") from $base_ref (log: $archives/$name.build.log)"
-  # Wheels come in through a read-only bind mount, so they never land in a layer.
-  buildah bud --isolation chroot --pull never --quiet \
-      --file "$dockerfile" --ignorefile "$dockerfile.dockerignore" \
-      --build-arg "BASE=$base_ref" --build-arg WHEELS=/wheels \
-      --build-arg "LOCK=/wheels/locks/$(basename "$lock")" \
-      --volume "$wheels:/wheels:ro" \
-      --tag "$(ref "$name")" "$repo" > "$archives/$name.build.log" 2>&1 \
+  buildah bud --quiet "${bud[@]}" --tag "$(ref "$name")" "$repo" > "$archives/$name.build.log" 2>&1 \
     || { tail -30 "$archives/$name.build.log" >&2; die "$name: buildah bud failed"; }
   log "$name: built in $((SECONDS - t0))s; writing $archives/$name.tar"
   rm -f "$archives/$name.tar.tmp"
@@ -114,7 +116,7 @@ build_python() {
   mv "$archives/$name.tar.tmp" "$archives/$name.tar"
   record "$name" "$key"
   # The previous build of this tag is now unnamed: drop it so storage does not grow.
-  local new; new=$(buildah inspect --type image --format '{{.FromImageID}}' "$(ref "$name")")
+  new=$(buildah inspect --type image --format '{{.FromImageID}}' "$(ref "$name")")
   if [ -n "$old" ] && [ "$old" != "$new" ]; then buildah rmi "$old" >/dev/null 2>&1 || true; fi
   log "$name: done in $((SECONDS - t0))s ($(human_size "$archives/$name.tar"))"
 }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # variables are used by the scripts that source this
 # Shared settings and helpers for the offline image scripts (sourced, not run).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)

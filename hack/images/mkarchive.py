@@ -76,7 +76,9 @@ def write_archive(args: argparse.Namespace) -> str:
     config = json.dumps(image_config(args, diff_id), sort_keys=True, separators=(",", ":"))
     config_bytes = config.encode()
     config_id = hashlib.sha256(config_bytes).hexdigest()
-    manifest = [{"Config": f"{config_id}.json", "RepoTags": [args.tag], "Layers": [f"{diff_id}.tar"]}]
+    manifest = [
+        {"Config": f"{config_id}.json", "RepoTags": [args.tag], "Layers": [f"{diff_id}.tar"]}
+    ]
     out = Path(args.out)
     tmp = out.with_name(out.name + ".tmp")
     with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:

@@ -5,7 +5,7 @@
 #   wheels.sh FLAVOR          FLAVOR: operator | worker | worker-gpu
 # The lock ($MW_CACHE/wheels/locks/FLAVOR-<hash of the requirements>.txt) is kept until the
 # requirements change; MW_REFRESH_LOCKS=1 resolves again against the index (newer releases).
-# Wheels are looked up in the cache first, so a warm cache needs no network at all.
+# A warm cache needs no network at all.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -15,6 +15,8 @@ requirements=$(python3 "$repo/images/common/requirements.py" "$flavor")
 build_requirements=$(python3 "$repo/images/common/requirements.py" build)
 key=$(hash_text "$requirements" "$python_version" "$(uname -m)")
 lock=$wheels/locks/$flavor-${key:0:16}.txt
+files=${lock%.txt}.files       # the wheel file names of the lock
+fetched=${lock%.txt}.fetched   # written once every wheel is in the cache
 mkdir -p "$wheels/locks"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -22,23 +24,27 @@ trap 'rm -rf "$tmp"' EXIT
 # Only wheels, for the images' Python and this machine's platform.
 binary=(--only-binary=:all: --python-version "$python_version" --disable-pip-version-check)
 
-if [ ! -s "$lock" ] || [ "${MW_REFRESH_LOCKS:-0}" = 1 ]; then
+resolve() {
   log "$flavor: resolving $(echo "$requirements" | xargs)"
   echo "$requirements" > "$tmp/requirements.txt"
   pip install --quiet --dry-run --target "$tmp/target" "${binary[@]}" \
     --report "$tmp/report.json" -r "$tmp/requirements.txt" \
     || die "$flavor: could not resolve the requirements (is PyPI reachable?)"
-  python3 - "$tmp/report.json" > "$tmp/lock" <<'EOF'
-import json, sys
-report = json.load(open(sys.argv[1]))
-print("# Resolved by hack/images/wheels.sh; pip install --require-hashes --no-deps -r <this>")
-for item in sorted(report["install"], key=lambda i: i["metadata"]["name"].lower()):
-    info = item["download_info"]["archive_info"]
-    digest = info.get("hashes", {}).get("sha256") or info["hash"].split("=", 1)[1]
-    print(f'{item["metadata"]["name"]}=={item["metadata"]["version"]} --hash=sha256:{digest}')
-EOF
+  python3 "$here/lock_from_report.py" "$tmp/report.json" "$tmp/lock" "$tmp/files"
+  mv "$tmp/files" "$files"
   mv "$tmp/lock" "$lock"
-fi
+  rm -f "$fetched"
+}
+if [ ! -s "$lock" ] || [ ! -s "$files" ] || [ "${MW_REFRESH_LOCKS:-0}" = 1 ]; then resolve; fi
+
+# Fast path: every wheel of the lock (and the build backend) was fetched and is still there.
+fetched_key=$(hash_text "$build_requirements" "$(cat "$lock")")
+all_present() {
+  [ "$(cat "$fetched" 2>/dev/null)" = "$fetched_key" ] || return 1
+  local f
+  while read -r f; do [ -s "$wheels/$f" ] || return 1; done < "$files"
+}
+if all_present; then echo "$lock"; exit 0; fi
 
 # fetch ARGS...: pip download into the cache, offline when everything is already there.
 fetch() {
@@ -52,4 +58,5 @@ fetch --no-deps --require-hashes -r "$lock"
 # The build backend of the multiworker package itself (pip's isolated build env uses it).
 echo "$build_requirements" > "$tmp/build.txt"
 fetch -r "$tmp/build.txt"
+echo "$fetched_key" > "$fetched"
 echo "$lock"

@@ -35,7 +35,9 @@ def requirements(flavor: str, pyproject: dict[str, object]) -> list[str]:
         return worker
     if flavor == "worker-gpu":
         return [TF_CPU.sub("tensorflow[and-cuda]", req) for req in worker]
-    raise SystemExit(f"requirements: unknown flavor {flavor!r} (operator, worker, worker-gpu, build)")
+    raise SystemExit(
+        f"requirements: unknown flavor {flavor!r} (operator, worker, worker-gpu, build)"
+    )
 
 
 def main(argv: list[str]) -> None:

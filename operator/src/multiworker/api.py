@@ -62,6 +62,8 @@ class RestartPolicy(Model):
     model_config = ConfigDict(
         json_schema_extra=validations(
             cel(
+                # has(): the API server also checks the bare default {} against this rule.
+                "!has(self.maxBackoffSeconds) || !has(self.backoffSeconds) || "
                 "self.maxBackoffSeconds >= self.backoffSeconds",
                 "spec.restartPolicy.maxBackoffSeconds must be at least backoffSeconds",
                 ".maxBackoffSeconds",
@@ -125,12 +127,14 @@ class MultiWorkerJobSpec(Model):
     model_config = ConfigDict(
         json_schema_extra=validations(
             cel(
+                "!has(self.health) || !has(self.health.progressPort) || !has(self.port) || "
                 "self.health.progressPort != self.port",
                 "spec.health.progressPort must differ from spec.port",
                 ".health.progressPort",
             ),
             cel(
-                "self.suspend || oldSelf.suspend || self.workers == oldSelf.workers",
+                "(has(self.suspend) && self.suspend) || (has(oldSelf.suspend) && oldSelf.suspend)"
+                " || self.workers == oldSelf.workers",
                 "spec.workers can only change while the job is suspended",
                 ".workers",
             ),

@@ -37,9 +37,8 @@ _ROOT_RULES = [
         "rule": "!has(self.spec) || !has(self.spec.workers) || "
         "size(self.metadata.name) + size(string(self.spec.workers - 1)) <= "
         f"{names.NAME_AND_INDEX_BUDGET}",
-        "messageExpression": "'metadata.name: worker hostname ' + self.metadata.name + "
-        "'-worker-' + string(self.spec.workers - 1) + ' is longer than 63 characters; "
-        "shorten the name or use fewer workers'",
+        "message": "metadata.name is too long for spec.workers: the longest worker hostname, "
+        "<metadata.name>-worker-<spec.workers - 1>, must be at most 63 characters",
     },
 ]
 
@@ -128,7 +127,18 @@ def open_api_schema() -> Schema:
                 "type": "string",
             },
             "kind": {"description": "Kind of this object: MultiWorkerJob.", "type": "string"},
-            "metadata": {"type": "object"},
+            "metadata": {
+                "type": "object",
+                "properties": {
+                    "name": {
+                        "description": "Job name: also the headless Service's name and the "
+                        "prefix of every worker's hostname.",
+                        "type": "string",
+                        # Bounded so CEL can afford the name rules; -worker-0 needs 9 more.
+                        "maxLength": names.NAME_AND_INDEX_BUDGET - 1,
+                    }
+                },
+            },
             "spec": spec,
             "status": status,
         },

@@ -50,5 +50,8 @@ def set_job_phase(namespace: str, name: str, phase: str | None) -> None:
             JOBS.labels(phase=value).set(count)
 
 
+set_job_phase("", "", None)  # export every phase (as 0) from the first scrape on
+
+
 def serve(port: int) -> None:
     start_http_server(port)

@@ -4,7 +4,8 @@
 #   pause    exits 0 on SIGTERM
 #   base     python3 (ssl, venv), bash, ps; tini as PID 1 forwards SIGTERM to the command
 #   worker   imports tensorflow and multiworker.runtime; examples/training/ is there
-#   operator imports multiworker, kopf, kubernetes as UID 65532 on a read-only root filesystem
+#   operator imports multiworker, kopf, kubernetes and runs `multiworker-operator --help`, as
+#            UID 65532 on a read-only root filesystem
 #   smoke.sh [NAME...]        (default: every image that has an archive, but worker-gpu)
 # Needs root (containerd, runc). Also shows how long each import into containerd takes.
 set -euo pipefail
@@ -97,7 +98,8 @@ for name in "${names[@]}"; do
     operator)
       check "imports as UID 65532 on a read-only root" run --read-only "$r" operator-import python3 -c \
         'import os, multiworker, kopf, kubernetes, pydantic; assert os.getuid() == 65532, os.getuid(); print("uid", os.getuid())'
-      check "multiworker-operator on PATH" run --read-only "$r" operator-bin sh -c 'command -v multiworker-operator' ;;
+      check "multiworker-operator --help under tini, read-only" run --read-only "$r" operator-help \
+        /usr/bin/tini -- multiworker-operator --help ;;
     *) die "no checks for $name" ;;
   esac
 done

@@ -88,6 +88,7 @@ bindAddress: 0.0.0.0
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 conntrack: {maxPerCore: 0}   # leave the host's conntrack table size alone
+nodePortAddresses: [primary]
 EOT
 
 cat > "$state/Corefile" <<EOT

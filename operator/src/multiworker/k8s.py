@@ -11,12 +11,13 @@ import logging
 import socket
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from multiworker import names
+from multiworker.schema import format_time
 
 log = logging.getLogger(__name__)
 
@@ -73,72 +74,59 @@ def _server_message(error: ApiException) -> str:
 
 
 class Cluster:
-    """The operator's view of the API server: jobs, their pods and Service, Events."""
+    """The operator's view of the API server: jobs, their pods and Service, Events.
+
+    Plain REST calls with JSON bodies: the client's typed models would re-validate our
+    manifests (and refuse valid ones, e.g. an integer GPU quantity).
+    """
 
     def __init__(self, api: client.ApiClient) -> None:
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.api = api
         self.instance = socket.gethostname()
 
     # --- jobs ---
 
     def get_job(self, namespace: str, name: str) -> Manifest | None:
-        try:
-            job = self.custom.get_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, names.PLURAL, name
-            )
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return cast(Manifest, job)
+        return self._get(_job_path(namespace, name))
 
     def patch_job_status(self, namespace: str, name: str, status: Manifest) -> None:
         """Merge-patch the status subresource (null clears a field)."""
-        self.custom.patch_namespaced_custom_object_status(
-            names.GROUP, names.VERSION, namespace, names.PLURAL, name, {"status": status}
-        )
+        self._call("PATCH", _job_path(namespace, name) + "/status", {"status": status},
+                   content_type="application/merge-patch+json")
 
     def delete_job(self, namespace: str, name: str, uid: str) -> None:
         """Delete the job; owner references take its pods and Service with it."""
-        body = client.V1DeleteOptions(
-            propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid)
-        )
-        self._ignoring_gone(
-            self.custom.delete_namespaced_custom_object,
-            names.GROUP, names.VERSION, namespace, names.PLURAL, name, body=body,
-        )
+        options = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
+        self._delete(_job_path(namespace, name), options)
 
     # --- pods and services ---
 
     def list_pods(self, namespace: str, job: str) -> list[Manifest]:
-        response: Any = self.core.list_namespaced_pod(
-            namespace,
-            label_selector=names.label_selector(names.job_selector(job)),
-            _preload_content=False,
-        )
-        items: list[Manifest] = json.loads(response.data)["items"]
+        selector = names.label_selector(names.job_selector(job))
+        found = self._call("GET", _core_path(namespace, "pods"),
+                           query=[("labelSelector", selector)])
+        items: list[Manifest] = found["items"]
         return items
 
     def get_pod(self, namespace: str, name: str) -> Manifest | None:
-        return self._get(self.core.read_namespaced_pod, namespace, name)
+        return self._get(_core_path(namespace, "pods", name))
 
     def get_service(self, namespace: str, name: str) -> Manifest | None:
-        return self._get(self.core.read_namespaced_service, namespace, name)
+        return self._get(_core_path(namespace, "services", name))
 
     def create_pod(self, pod: Manifest) -> Created:
-        return self._create(self.core.create_namespaced_pod, pod)
+        return self._create(_core_path(pod["metadata"]["namespace"], "pods"), pod)
 
     def create_service(self, service: Manifest) -> Created:
-        return self._create(self.core.create_namespaced_service, service)
+        return self._create(_core_path(service["metadata"]["namespace"], "services"), service)
 
     def delete_pod(self, namespace: str, name: str, uid: str, grace: int | None = None) -> None:
         """Delete one pod by uid (never a newer pod of the same name); `grace` None keeps the
         pod's own terminationGracePeriodSeconds so workers can checkpoint on SIGTERM."""
-        body = client.V1DeleteOptions(
-            grace_period_seconds=grace, preconditions=client.V1Preconditions(uid=uid)
-        )
-        self._ignoring_gone(self.core.delete_namespaced_pod, name, namespace, body=body)
+        options: Manifest = {"preconditions": {"uid": uid}}
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
+        self._delete(_core_path(namespace, "pods", name), options)
 
     # --- events ---
 
@@ -147,41 +135,56 @@ class Cluster:
     ) -> None:
         """A core/v1 Event on the job (what `kubectl describe mwj` shows)."""
         meta = job["metadata"]
-        event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(
-                generate_name=f"{meta['name']}.", namespace=meta["namespace"]
-            ),
-            involved_object=client.V1ObjectReference(
-                api_version=names.API_VERSION, kind=names.KIND, name=meta["name"],
-                namespace=meta["namespace"], uid=meta.get("uid"),
-            ),
-            type=type_,
-            reason=reason,
-            message=message[:EVENT_MESSAGE_LIMIT],
-            source=client.V1EventSource(component=COMPONENT),
-            reporting_component=f"{names.GROUP}/operator",
-            reporting_instance=self.instance,
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
+        stamp = format_time(now.replace(microsecond=0))
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": names.API_VERSION, "kind": names.KIND, "name": meta["name"],
+                "namespace": meta["namespace"], "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:EVENT_MESSAGE_LIMIT],
+            "source": {"component": COMPONENT},
+            "reportingComponent": f"{names.GROUP}/operator",
+            "reportingInstance": self.instance,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self._call("POST", _core_path(meta["namespace"], "events"), event)
+
+    # --- REST ---
+
+    def _call(
+        self, method: str, path: str, body: Manifest | None = None,
+        query: list[tuple[str, str]] | None = None, content_type: str = "application/json",
+    ) -> Manifest:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        request = self.api.param_serialize(
+            method, path, query_params=query, header_params=headers, body=body,
+            auth_settings=["BearerToken"],
         )
-        self.core.create_namespaced_event(meta["namespace"], event)
+        response = self.api.call_api(*request)
+        response.read()
+        if not 200 <= response.status < 300:
+            raise ApiException(http_resp=response)
+        found: Manifest = json.loads(response.data) if response.data else {}
+        return found
 
-    # --- helpers ---
-
-    def _get(self, read: Any, namespace: str, name: str) -> Manifest | None:
+    def _get(self, path: str) -> Manifest | None:
         try:
-            response = read(name, namespace, _preload_content=False)
+            return self._call("GET", path)
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
-        found: Manifest = json.loads(response.data)
-        return found
 
-    def _create(self, create: Any, manifest: Manifest) -> Created:
+    def _create(self, path: str, manifest: Manifest) -> Created:
         try:
-            create(manifest["metadata"]["namespace"], manifest, _preload_content=False)
+            self._call("POST", path, manifest)
         except ApiException as e:
             if e.status == 409:
                 return Created.EXISTS
@@ -190,10 +193,19 @@ class Cluster:
             raise
         return Created.CREATED
 
-    def _ignoring_gone(self, call: Any, *args: Any, **kwargs: Any) -> None:
+    def _delete(self, path: str, options: Manifest) -> None:
         """404 (already gone) and 409 (uid precondition: a newer object) are success."""
         try:
-            call(*args, **kwargs)
+            self._call("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", **options})
         except ApiException as e:
             if e.status not in (404, 409):
                 raise
+
+
+def _job_path(namespace: str, name: str) -> str:
+    return f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{namespace}/{names.PLURAL}/{name}"
+
+
+def _core_path(namespace: str, resource: str, name: str | None = None) -> str:
+    path = f"/api/v1/namespaces/{namespace}/{resource}"
+    return f"{path}/{name}" if name else path

@@ -1,0 +1,114 @@
+"""Invalid jobs are refused by `kubectl apply` itself (structural schema + CEL), naming the
+field — no webhook, no operator needed. Examples in examples/ pass the same checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster import REPO
+from tests.integration.jobs import Jobs, job
+
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+Obj = dict[str, Any]
+
+
+def container(manifest: Obj) -> Obj:
+    result: Obj = manifest["spec"]["template"]["spec"]["containers"][0]
+    return result
+
+
+def set_spec(**spec: Any) -> Callable[[Obj], None]:
+    return lambda m: m["spec"].update(spec)
+
+
+def set_pod_spec(**spec: Any) -> Callable[[Obj], None]:
+    return lambda m: m["spec"]["template"]["spec"].update(spec)
+
+
+INVALID: list[tuple[str, Callable[[Obj], None], str]] = [
+    ("no-workers", set_spec(workers=0), "spec.workers"),
+    ("too-many-workers", set_spec(workers=1025), "spec.workers"),
+    ("restart-always", set_pod_spec(restartPolicy="Always"),
+     "spec.template.spec.restartPolicy must be Never or unset"),
+    ("own-hostname", set_pod_spec(hostname="mine"), "spec.template.spec.hostname"),
+    ("no-containers", set_pod_spec(containers=[]), "spec.template.spec.containers"),
+    ("no-image", lambda m: container(m).pop("image"), "spec.template.spec.containers[0].image"),
+    ("same-ports", set_spec(port=8471), "spec.health.progressPort must differ from spec.port"),
+    ("bad-backoff", set_spec(restartPolicy={"backoffSeconds": 60, "maxBackoffSeconds": 5}),
+     "spec.restartPolicy.maxBackoffSeconds must be at least backoffSeconds"),
+    ("exit-zero-rule", set_spec(restartPolicy={"onExitCodes": [
+        {"action": "FailJob", "values": [0]}]}), "spec.restartPolicy.onExitCodes[0].values[0]"),
+    ("bad-action", set_spec(restartPolicy={"onExitCodes": [
+        {"action": "Retry", "values": [1]}]}), "spec.restartPolicy.onExitCodes[0].action"),
+    ("bad-success", set_spec(successPolicy="Sometimes"), "spec.successPolicy"),
+    ("relative-mount", set_spec(checkpoint={"claimName": "c", "mountPath": "ckpt"}),
+     "spec.checkpoint.mountPath"),
+    ("straggler-zero", set_spec(health={"stragglerThreshold": 0}),
+     "spec.health.stragglerThreshold"),
+    ("reserved-label", lambda m: m["spec"]["template"].update(
+        metadata={"labels": {"multiworker.dev/job-name": "x"}}),
+     "spec.template.metadata.labels: keys under multiworker.dev/ are reserved"),
+]
+
+
+@pytest.mark.parametrize(("name", "mutate", "field"), INVALID, ids=[i[0] for i in INVALID])
+def test_invalid_job_is_refused_naming_the_field(
+    jobs: Jobs, name: str, mutate: Callable[[Obj], None], field: str
+) -> None:
+    manifest = job(name, "exit 0", workers=2)
+    mutate(manifest)
+    proc = jobs.apply(manifest, check=False)
+    assert proc.returncode != 0, f"{name} was accepted"
+    assert field in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("name", "workers", "ok"), [
+    ("a" * 54, 10, True),  # <54>-worker-9: exactly 63 characters
+    ("a" * 54, 11, False),  # <54>-worker-10: 64
+    ("a" * 51, 1024, True),
+    ("a" * 52, 1024, False),
+])
+def test_longest_worker_hostname_decides(jobs: Jobs, name: str, workers: int, ok: bool) -> None:
+    proc = jobs.apply(job(name, "exit 0", workers=workers), check=False)
+    assert (proc.returncode == 0) == ok, proc.stderr
+    if not ok:
+        assert "metadata.name is too long for spec.workers" in proc.stderr
+
+
+def test_name_must_be_a_dns_1035_label(jobs: Jobs) -> None:
+    proc = jobs.apply(job("1train", "exit 0"), check=False)
+    assert proc.returncode != 0 and "metadata.name must be a DNS-1035 label" in proc.stderr
+
+
+def test_defaults_are_visible_in_the_stored_job(jobs: Jobs) -> None:
+    jobs.apply(job("defaults", "exit 0", workers=2))
+    stored = jobs.get("defaults")
+    assert stored is not None
+    spec = stored["spec"]
+    assert spec["port"] == 2222 and spec["successPolicy"] == "ChiefSucceeded"
+    assert spec["restartPolicy"] == {"maxRestarts": 3, "backoffSeconds": 10,
+                                     "maxBackoffSeconds": 300, "defaultAction": "RestartGroup"}
+    assert spec["health"]["progressPort"] == 8471
+    assert spec["health"]["startupTimeoutSeconds"] == 300
+
+
+def test_workers_change_only_while_suspended(jobs: Jobs) -> None:
+    jobs.apply(job("resize", "exit 0", workers=2, suspend=False))
+    proc = jobs.kubectl("patch", "mwj", "resize", "--type=merge", "-p",
+                        '{"spec": {"workers": 3}}', check=False)
+    assert proc.returncode != 0
+    assert "spec.workers can only change while the job is suspended" in proc.stderr
+    jobs.patch_spec("resize", suspend=True, workers=3)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_is_accepted_by_the_api_server(jobs: Jobs, example: Path) -> None:
+    jobs.kubectl("apply", "--dry-run=server", "-f", str(example))
+
+
+def test_there_are_examples() -> None:
+    assert {p.name for p in EXAMPLES} >= {"cpu-job.yaml", "gpu-job.yaml", "checkpoint-pvc.yaml"}

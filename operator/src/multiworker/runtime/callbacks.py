@@ -1,0 +1,113 @@
+# mypy: disable-error-code="import-untyped"
+# mypy: allow-subclassing-any
+"""Keras callbacks that `fit` adds: progress reporting, periodic checkpoints, SIGTERM stops.
+
+All of them run on every worker at the same step, which is what lets the checkpoint and the
+stop agreement use collectives.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from multiworker.runtime.checkpoint import CheckpointStore, step_of
+from multiworker.runtime.collective import sum_over_workers
+from multiworker.runtime.errors import Preempted
+from multiworker.runtime.preemption import StopSignal
+from multiworker.runtime.progress import ProgressBoard
+
+log = logging.getLogger(__name__)
+
+
+class ProgressCallback(keras.callbacks.Callback):
+    """Feeds the /progress board every step and logs one line per epoch."""
+
+    def __init__(self, board: ProgressBoard, epochs: int) -> None:
+        super().__init__()
+        self._board = board
+        self._epochs = epochs
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self._board.step_done(step_of(self.model), _loss(logs))
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._board.epoch_done(epoch + 1)
+        state = self._board.snapshot()
+        log.info(
+            "epoch %d/%d done: step %d, loss %s, %.1f steps/s",
+            epoch + 1,
+            self._epochs,
+            state["step"],
+            _format_loss(_loss(logs)),
+            state["stepsPerSecond"],
+        )
+
+
+class CheckpointCallback(keras.callbacks.Callback):
+    """Saves every `every_steps` steps, or at each epoch end when `every_steps` is None."""
+
+    def __init__(self, store: CheckpointStore, board: ProgressBoard, every_steps: int | None):
+        super().__init__()
+        self._store = store
+        self._board = board
+        self._every_steps = every_steps
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._every_steps and step_of(self.model) % self._every_steps == 0:
+            self._save()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._every_steps is None:
+            self._save()
+
+    def _save(self) -> None:
+        self._board.checkpointed(self._store.save())
+
+
+class PreemptionCallback(keras.callbacks.Callback):
+    """After each step, asks all workers whether any got SIGTERM; if so all checkpoint and stop.
+
+    One scalar all-reduce per step: the price of stopping at the same step everywhere, which a
+    signal arriving at different times on different workers cannot give by itself.
+    """
+
+    def __init__(
+        self,
+        strategy: tf.distribute.Strategy,
+        stop: StopSignal,
+        store: CheckpointStore | None,
+        board: ProgressBoard,
+    ) -> None:
+        super().__init__()
+        self._strategy = strategy
+        self._stop = stop
+        self._store = store
+        self._board = board
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        (requests,) = sum_over_workers(self._strategy, [int(self._stop.requested())])
+        if not requests:
+            return
+        step = step_of(self.model)
+        if self._store is None:
+            raise Preempted(
+                f"SIGTERM on {requests} worker(s); stopped at step {step} "
+                "without a checkpoint (MWJ_CHECKPOINT_DIR is not set)"
+            )
+        if self._store.last_saved_step != step:
+            self._board.checkpointed(self._store.save())
+        raise Preempted(f"SIGTERM on {requests} worker(s); checkpointed step {step} and stopped")
+
+
+def _loss(logs: dict[str, Any] | None) -> float | None:
+    value = (logs or {}).get("loss")
+    return None if value is None else float(value)
+
+
+def _format_loss(loss: float | None) -> str:
+    return "n/a" if loss is None or math.isnan(loss) else f"{loss:.4g}"

@@ -1,0 +1,91 @@
+# mypy: disable-error-code="import-untyped"
+"""Checkpoints for resuming a group, and the final model, written the MWMS way.
+
+Every worker must take part in a save (TF requires it: saving distributed variables may run
+collectives), but only the chief (worker 0) writes to the real path; the others write to a
+local temp dir that is deleted right away (the `_is_chief` / write_filepath pattern of TF's
+multi-worker Keras tutorial). All workers restore from the chief's MWJ_CHECKPOINT_DIR, so it
+must be storage every worker can read; `fit` checks that they all restored the same step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+
+import keras
+import tensorflow as tf
+
+from multiworker.runtime.config import RuntimeConfig
+from multiworker.runtime.context import WorkerContext
+
+log = logging.getLogger(__name__)
+
+KEEP_CHECKPOINTS = 2  # the previous one survives a crash in the middle of writing the latest
+
+
+class CheckpointStore:
+    """Model + optimizer state; the step is the optimizer's iteration count, saved with it."""
+
+    def __init__(self, model: keras.Model, config: RuntimeConfig, directory: str) -> None:
+        self._model = model
+        self._directory = directory
+        self._is_chief = config.is_chief
+        self._write_dir = directory if config.is_chief else _temp_dir(config, "checkpoint")
+        self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        self._manager = tf.train.CheckpointManager(
+            self._checkpoint, self._write_dir, max_to_keep=KEEP_CHECKPOINTS
+        )
+        self.last_saved_step = 0
+
+    def restore(self) -> int:
+        """Loads the chief's latest checkpoint, if any; returns the restored step (0 if none)."""
+        latest = tf.train.latest_checkpoint(self._directory)
+        if latest is None:
+            return 0
+        with self._model.distribute_strategy.scope():
+            # Slot variables must exist before restoring into them (Keras builds them lazily).
+            self._model.optimizer.build(self._model.trainable_variables)
+        self._checkpoint.restore(latest).assert_existing_objects_matched()
+        self.last_saved_step = step_of(self._model)
+        log.info("restored %s", latest)
+        return self.last_saved_step
+
+    def save(self) -> int:
+        """Saves on every worker (call it on all of them at the same step); returns the step."""
+        step = step_of(self._model)
+        path = self._manager.save(checkpoint_number=step)
+        if self._is_chief:
+            log.info("checkpoint saved: %s", path)
+        else:
+            shutil.rmtree(self._write_dir, ignore_errors=True)
+        self.last_saved_step = step
+        return step
+
+
+def step_of(model: keras.Model) -> int:
+    """Training steps applied so far, across restarts (restored with the optimizer)."""
+    return int(model.optimizer.iterations.numpy())
+
+
+def save_model(context: WorkerContext, model: keras.Model, path: str) -> None:
+    """Saves the trained model; call on every worker: the chief writes `path`, others a temp dir."""
+    config = context.config
+    if config.is_chief:
+        parent = os.path.dirname(path)
+        if parent:
+            tf.io.gfile.makedirs(parent)
+        model.save(path)
+        log.info("model saved: %s", path)
+        return
+    scratch = _temp_dir(config, "model")
+    try:
+        model.save(os.path.join(scratch, os.path.basename(path)))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _temp_dir(config: RuntimeConfig, what: str) -> str:
+    return tempfile.mkdtemp(prefix=f"mwj-worker{config.worker_index}-{what}-")

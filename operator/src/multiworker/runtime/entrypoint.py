@@ -1,0 +1,74 @@
+"""`run`: the one place that turns a training script's outcome into a contract exit code."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import NoReturn
+
+from multiworker.runtime.config import RuntimeConfig, load_config
+from multiworker.runtime.context import WorkerContext
+from multiworker.runtime.errors import ConfigError, ExitCode, RuntimeFailure
+from multiworker.runtime.exits import exit_now
+from multiworker.runtime.preemption import StopSignal
+from multiworker.runtime.progress import Phase, ProgressBoard, serve_progress
+
+log = logging.getLogger("multiworker.runtime")
+
+
+def run(
+    main: Callable[[WorkerContext], None], environ: Mapping[str, str] | None = None
+) -> NoReturn:
+    """Loads the config (exit 2), serves /progress, calls `main`, and exits with its outcome:
+    0 done, 3/4/143 for the runtime's failures; any other exception keeps its traceback, exit 1.
+    """
+    try:
+        config = load_config(os.environ if environ is None else environ)
+    except ConfigError as e:
+        _configure_logging("worker ?")
+        for problem in e.problems:
+            log.error("bad configuration: %s", problem)
+        exit_now(ExitCode.BAD_CONFIG)
+    _configure_logging(_worker_label(config))
+    context = WorkerContext(
+        config=config,
+        progress=ProgressBoard(config.worker_index, config.restart_count),
+        stop=StopSignal(),
+    )
+    serve_progress(context.progress, config.progress_port)
+    log.info(
+        "job %s, worker %d of %d, generation %d, checkpoints %s",
+        config.job_name,
+        config.worker_index,
+        config.num_workers,
+        config.restart_count,
+        config.checkpoint_dir or "off",
+    )
+    try:
+        main(context)
+    except RuntimeFailure as e:
+        context.progress.set_phase(Phase.FAILED)
+        log.error("%s (exit %d)", e, e.exit_code)
+        exit_now(e.exit_code)
+    except BaseException:
+        context.progress.set_phase(Phase.FAILED)
+        raise
+    context.progress.set_phase(Phase.DONE)
+    log.info("done")
+    raise SystemExit(ExitCode.DONE)
+
+
+def _worker_label(config: RuntimeConfig) -> str:
+    return f"worker {config.worker_index}/{config.num_workers}"
+
+
+def _configure_logging(label: str) -> None:
+    """One line per event, prefixed with the worker so interleaved group logs stay readable.
+    TensorFlow's logger keeps its own handler; propagating too would print its lines twice."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s %(levelname)s [{label}] %(message)s",
+        force=True,
+    )
+    logging.getLogger("tensorflow").propagate = False

@@ -1,0 +1,53 @@
+"""Failures the runtime turns into the exit codes of docs/contracts.md.
+
+Each failure carries its exit code so that one place (`run`) maps exceptions to process exits,
+and the functions that detect problems stay ordinary raising code that tests can call.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes the operator reads (docs/contracts.md, "Runtime exit codes")."""
+
+    DONE = 0
+    BAD_CONFIG = 2
+    PEERS_UNREACHABLE = 3
+    COLLECTIVE_ABORTED = 4
+    PREEMPTED = 143
+
+
+class RuntimeFailure(Exception):
+    """A failure the contract gives its own exit code."""
+
+    exit_code: ExitCode
+
+
+class ConfigError(RuntimeFailure):
+    """The injected environment is malformed; retrying the same pod cannot help."""
+
+    exit_code = ExitCode.BAD_CONFIG
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("bad worker configuration: " + "; ".join(self.problems))
+
+
+class PeersUnreachable(RuntimeFailure):
+    """Some peers did not show up within MWJ_PEER_TIMEOUT_SECONDS."""
+
+    exit_code = ExitCode.PEERS_UNREACHABLE
+
+
+class CollectiveAborted(RuntimeFailure):
+    """A collective failed because a peer died or stopped answering; the group must restart."""
+
+    exit_code = ExitCode.COLLECTIVE_ABORTED
+
+
+class Preempted(RuntimeFailure):
+    """SIGTERM reached the group; every worker checkpointed and stops."""
+
+    exit_code = ExitCode.PREEMPTED

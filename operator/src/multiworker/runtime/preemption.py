@@ -1,0 +1,43 @@
+"""SIGTERM handling: remember the request so training can stop at a step every worker agrees on.
+
+Stopping alone is not an option in MWMS: the other workers would wait in the next collective
+until it times out. So the handler only records the request; training then agrees with its
+peers (see `callbacks.PreemptionCallback`), checkpoints, and exits 143.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+from multiworker.runtime.errors import ExitCode
+from multiworker.runtime.exits import exit_now
+
+log = logging.getLogger(__name__)
+
+
+class StopSignal:
+    """Set by the first SIGTERM; a second SIGTERM exits at once (the caller has lost patience)."""
+
+    def __init__(self) -> None:
+        self._requested = threading.Event()
+
+    def install(self) -> None:
+        """Takes over SIGTERM. Call after TF's runtime started: its coordination service
+        installs its own SIGTERM handler, which would otherwise swallow the signal."""
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def request(self) -> None:
+        self._requested.set()
+
+    def requested(self) -> bool:
+        return self._requested.is_set()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested():
+            log.warning("second SIGTERM: exiting without a checkpoint")
+            exit_now(ExitCode.PREEMPTED)
+        log.warning("SIGTERM: will checkpoint and stop at the next step all workers agree on")
+        self.request()

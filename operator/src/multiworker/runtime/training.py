@@ -1,0 +1,141 @@
+# mypy: disable-error-code="import-untyped"
+"""`fit`: Keras training for one worker of the group, resumable and with contract exit codes."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import keras
+import tensorflow as tf
+
+from multiworker.runtime.callbacks import CheckpointCallback, PreemptionCallback, ProgressCallback
+from multiworker.runtime.checkpoint import CheckpointStore
+from multiworker.runtime.collective import sum_over_workers
+from multiworker.runtime.config import MWJ_CHECKPOINT_DIR, RuntimeConfig
+from multiworker.runtime.context import WorkerContext
+from multiworker.runtime.errors import CollectiveAborted, ConfigError
+from multiworker.runtime.progress import Phase
+
+log = logging.getLogger(__name__)
+
+# What a collective raises when a peer died, stopped, or was reported unhealthy.
+PEER_FAILURES = (
+    tf.errors.UnavailableError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.CancelledError,
+    tf.errors.AbortedError,
+    tf.errors.InternalError,
+)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One `model.fit` call: epochs [initial_epoch, epochs) of `steps_per_epoch` steps."""
+
+    initial_epoch: int
+    epochs: int
+    steps_per_epoch: int
+
+
+def fit(
+    context: WorkerContext,
+    model: keras.Model,
+    dataset: tf.data.Dataset,
+    *,
+    epochs: int,
+    steps_per_epoch: int,
+    checkpoint_every_steps: int | None = None,
+    callbacks: Sequence[keras.callbacks.Callback] = (),
+) -> None:
+    """Trains `model` (built and compiled under the strategy's scope) to `epochs` epochs.
+
+    Resumes from MWJ_CHECKPOINT_DIR at the exact step saved, checkpoints every
+    `checkpoint_every_steps` steps (None: each epoch), reports progress, and on SIGTERM
+    checkpoints and raises Preempted (exit 143). A collective failure raises CollectiveAborted
+    (exit 4). `dataset` must yield batches indefinitely (e.g. `.repeat()`).
+    """
+    config = context.config
+    store = _store(model, config)
+    restored = store.restore() if store else 0
+    _check_same_restore(model.distribute_strategy, config, restored)
+    if restored:
+        epoch, batch = divmod(restored, steps_per_epoch)
+        log.info("resuming from step %d (epoch %d, batch %d)", restored, epoch + 1, batch)
+        context.progress.restored(restored, epoch)
+    all_callbacks = [
+        ProgressCallback(context.progress, epochs),
+        *([CheckpointCallback(store, context.progress, checkpoint_every_steps)] if store else []),
+        PreemptionCallback(model.distribute_strategy, context.stop, store, context.progress),
+        *callbacks,
+    ]
+    context.progress.set_phase(Phase.TRAINING)
+    try:
+        for segment in plan_segments(restored, steps_per_epoch, epochs):
+            model.fit(
+                dataset,
+                initial_epoch=segment.initial_epoch,
+                epochs=segment.epochs,
+                steps_per_epoch=segment.steps_per_epoch,
+                callbacks=all_callbacks,
+                shuffle=False,  # a tf.data pipeline shuffles itself
+                verbose=0,
+            )
+    except PEER_FAILURES as e:
+        raise CollectiveAborted(describe_abort(e, config)) from e
+
+
+def plan_segments(restored_step: int, steps_per_epoch: int, epochs: int) -> list[Segment]:
+    """The fit calls that continue from `restored_step`: first the rest of a partly done
+    epoch, then whole epochs, so no step is repeated and epoch numbers stay right."""
+    epoch, done = divmod(restored_step, steps_per_epoch)
+    segments = []
+    if done and epoch < epochs:
+        segments.append(Segment(epoch, epoch + 1, steps_per_epoch - done))
+        epoch += 1
+    if epoch < epochs:
+        segments.append(Segment(epoch, epochs, steps_per_epoch))
+    return segments
+
+
+def describe_abort(error: tf.errors.OpError, config: RuntimeConfig) -> str:
+    """One readable line out of TF's multi-line collective error, naming suspect peers."""
+    lines = [line.strip() for line in error.message.splitlines() if line.strip()]
+    keys = ("aborted by", "timed out", "unhealthy", "connection", "socket closed", "failed")
+    matching = [line for line in lines if any(k in line.lower() for k in keys)]
+    summary = re.sub(r"^(Collective ops is aborted by: )+", "", (matching or lines or [""])[0])
+    tasks = {int(t) for t in re.findall(r"/job:worker/(?:replica:\d+/)?task:(\d+)", error.message)}
+    suspects = [
+        f"worker {t} ({config.peers[t]})"
+        for t in sorted(tasks - {config.worker_index})
+        if t < len(config.peers)
+    ]
+    return (
+        f"collective aborted ({type(error).__name__}): {summary[:300]}"
+        + (f"; suspect peers: {', '.join(suspects)}" if suspects else "")
+        + "; a peer died or stopped answering, the group must restart"
+    )
+
+
+def _store(model: keras.Model, config: RuntimeConfig) -> CheckpointStore | None:
+    if config.checkpoint_dir is None:
+        log.warning("%s is not set: no checkpoints, a restart starts over", MWJ_CHECKPOINT_DIR)
+        return None
+    return CheckpointStore(model, config, config.checkpoint_dir)
+
+
+def _check_same_restore(
+    strategy: tf.distribute.Strategy, config: RuntimeConfig, restored: int
+) -> None:
+    """Workers that restored different steps would train diverging replicas silently.
+    Equal sums of x and x**2 over workers hold only if every worker has the same x."""
+    n = config.num_workers
+    if sum_over_workers(strategy, [restored, restored**2]) != [n * restored, n * restored**2]:
+        raise ConfigError(
+            [
+                f"{MWJ_CHECKPOINT_DIR}: workers restored different steps (this one {restored}); "
+                "the directory must be storage shared by all workers"
+            ]
+        )

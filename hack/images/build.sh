@@ -60,54 +60,60 @@ base_done=0
 build_base() {
   [ "$base_done" = 0 ] || return 0
   base_done=1
-  local rootfs key
+  local rootfs key old=
   rootfs=$("$here/base-rootfs.sh")
   key=$(hash_text "$(cat "$archives/base-rootfs.key")" "$(sha256sum "$here/mkarchive.py" | cut -c1-64)" \
     "${base_options[@]}")
   if ! up_to_date base "$key"; then
+    [ -s "$archives/base.tar" ] && old=$(archive_id "$archives/base.tar")
     python3 "$here/mkarchive.py" --layer "$rootfs" --tag "$base_ref" \
       --arch "$(dpkg --print-architecture)" "${base_options[@]}" --out "$archives/base.tar" >/dev/null
     record base "$key"
     log "base: built $base_ref ($(human_size "$archives/base.tar"))"
   fi
   load_base_into_buildah
+  # Drop this cache's previous base from buildah's storage (images built on it keep its layer).
+  if [ -n "$old" ] && [ "${old#sha256:}" != "$base_id" ] && command -v buildah >/dev/null 2>&1; then
+    buildah rmi "${old#sha256:}" >/dev/null 2>&1 || true
+  fi
 }
 
-# The worker and operator Dockerfiles build FROM the base in buildah's local storage.
+# The worker and operator Dockerfiles build FROM the base in buildah's storage, by image ID (a
+# build from another cache on this machine may move the tag meanwhile).
+base_id=
 load_base_into_buildah() {
+  base_id=$(archive_id "$archives/base.tar"); base_id=${base_id#sha256:}
   command -v buildah >/dev/null 2>&1 || return 0
-  local want have
-  want=$(archive_id "$archives/base.tar")
-  have=$(buildah inspect --type image --format '{{.FromImageID}}' "$base_ref" 2>/dev/null || true)
-  [ "sha256:$have" = "$want" ] && return 0
-  log "base: loading $base_ref into buildah's storage"
-  buildah pull --quiet "docker-archive:$archives/base.tar" >/dev/null
-  have=$(buildah inspect --type image --format '{{.FromImageID}}' "$base_ref")
-  [ "sha256:$have" = "$want" ] || die "base: buildah holds $have for $base_ref, expected $want"
+  if ! buildah inspect --type image "$base_id" >/dev/null 2>&1; then
+    log "base: loading $base_ref into buildah's storage"
+    buildah pull --quiet "docker-archive:$archives/base.tar" >/dev/null
+    buildah inspect --type image "$base_id" >/dev/null 2>&1 \
+      || die "base: loading $archives/base.tar did not give image $base_id"
+  fi
+  buildah tag "$base_id" "$base_ref"
 }
 
 # build_python NAME FLAVOR SOURCES...: a Dockerfile image whose venv comes from the wheel cache.
 build_python() {
   local name=$1 flavor=$2; shift 2
-  local dockerfile=$repo/images/$name/Dockerfile lock base_id key
+  local dockerfile=$repo/images/$name/Dockerfile lock key
   [ -f "$dockerfile" ] || die "$name: $dockerfile is missing"
   need buildah buildah
   for src in "$@"; do [ -e "$repo/$src" ] || die "$name: $src is missing from the repo"; done
   build_base
   lock=$("$here/wheels.sh" "$flavor")
-  base_id=$(buildah inspect --type image --format '{{.FromImageID}}' "$base_ref")
   # Wheels come in through a read-only bind mount, so they never land in a layer.
   local bud=(--isolation chroot --pull=never --file "$dockerfile" --ignorefile "$dockerfile.dockerignore"
-    --build-arg "BASE=$base_ref" --build-arg WHEELS=/wheels
+    --build-arg "BASE=$base_id" --build-arg WHEELS=/wheels
     --build-arg "LOCK=/wheels/locks/$(basename "$lock")" --volume "$wheels:/wheels:ro")
-  # The key: the sources, the exact wheels, the base and how buildah is called.
+  # The key: the sources, the exact wheels, the base (its ID is a build arg) and buildah's flags.
   key=$(hash_text "$(hash_tree "images/$name" images/common "$@")" "$(sha256sum "$lock" | cut -c1-64)" \
-    "$base_id" "${bud[@]#$repo/}")
+    "${bud[@]#"$repo"/}")
   up_to_date "$name" "$key" && return 0
 
   local t0=$SECONDS old new
   old=$(buildah inspect --type image --format '{{.FromImageID}}' "$(ref "$name")" 2>/dev/null || true)
-  log "$name: building $(ref "$name") from $base_ref (log: $archives/$name.build.log)"
+  log "$name: building $(ref "$name") from $base_ref ${base_id:0:12} (log: $archives/$name.build.log)"
   buildah bud --quiet "${bud[@]}" --tag "$(ref "$name")" "$repo" > "$archives/$name.build.log" 2>&1 \
     || { tail -30 "$archives/$name.build.log" >&2; die "$name: buildah bud failed"; }
   log "$name: built in $((SECONDS - t0))s; writing $archives/$name.tar"

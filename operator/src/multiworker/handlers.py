@@ -28,6 +28,7 @@ from multiworker.transitions import Outcome
 Key = tuple[str, str]  # (namespace, name)
 
 RESYNC_SECONDS = 10.0  # look again at least this often, even without events
+ERROR_BACKOFF_SECONDS = 1.0  # after a failed pass: 1, 2, 4, ... seconds
 MAX_ERROR_BACKOFF_SECONDS = 60.0
 
 registry = kopf.OperatorRegistry()
@@ -60,6 +61,7 @@ class JobLoops:
     cluster: ClusterIO
     clock: Callable[[], datetime] = utc_now
     resync_seconds: float = RESYNC_SECONDS
+    error_backoff_seconds: float = ERROR_BACKOFF_SECONDS
     tasks: dict[Key, asyncio.Task[None]] = field(default_factory=dict)
     wakeups: dict[Key, asyncio.Event] = field(default_factory=dict)
 
@@ -102,24 +104,26 @@ class JobLoops:
                 failures = 0
             except Exception as e:  # every error: log, report, retry with backoff
                 failures += 1
-                outcome = Outcome(requeue=min(MAX_ERROR_BACKOFF_SECONDS, 2.0**failures))
-                await asyncio.to_thread(self._report_error, key, e, failures, outcome)
+                delay = min(MAX_ERROR_BACKOFF_SECONDS,
+                            self.error_backoff_seconds * 2 ** min(failures - 1, 16))
+                await asyncio.to_thread(self._report_error, key, e, failures, delay)
+                outcome = Outcome(requeue=delay)
             if outcome.gone:
                 break
             timeout = self.resync_seconds
             if outcome.requeue is not None:
-                timeout = min(outcome.requeue, timeout)
+                timeout = outcome.requeue if failures else min(outcome.requeue, timeout)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout)
         if self.tasks.get(key) is asyncio.current_task():
             self.tasks.pop(key, None)
             self.wakeups.pop(key, None)
 
-    def _report_error(self, key: Key, error: Exception, failures: int, outcome: Outcome) -> None:
+    def _report_error(self, key: Key, error: Exception, failures: int, delay: float) -> None:
         metrics.RECONCILE_ERRORS.inc()
         job_logger(*key).error(
-            "reconcile failed (%d in a row), retrying in %ss: %s", failures, outcome.requeue,
-            error, exc_info=error,
+            "reconcile failed (%d in a row), retrying in %gs: %s", failures, delay, error,
+            exc_info=error,
         )
         if failures != 1:
             return  # one Event per streak of errors, not one per retry

@@ -34,12 +34,16 @@ def job_logger(namespace: str, name: str, generation: int | None = None) -> JobL
     return JobLogger(logging.getLogger("multiworker"), extra)
 
 
-def _job_of(record: logging.LogRecord) -> str | None:
+def _subject(record: logging.LogRecord) -> tuple[str, str] | None:
+    """("job", "ns/name") for our records; (kind, "ns/name") for kopf's per-object ones."""
     job = getattr(record, "job", None)
+    if job is not None:
+        return "job", str(job)
     ref = getattr(record, "k8s_ref", None)
-    if job is None and isinstance(ref, dict):
-        job = f"{ref.get('namespace')}/{ref.get('name')}" if ref.get("namespace") else ref["name"]
-    return job
+    if isinstance(ref, dict):
+        name = f"{ref['namespace']}/{ref['name']}" if ref.get("namespace") else ref.get("name")
+        return str(ref.get("kind") or "object").lower(), str(name)
+    return None
 
 
 class TextFormatter(logging.Formatter):
@@ -47,10 +51,10 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)-7s %(name)s %(message)s")
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
-        job = _job_of(record)
-        if job is not None:
+        subject = _subject(record)
+        if subject is not None:
             generation = getattr(record, "generation", None)
-            tag = f"[{job}" + (f" gen={generation}]" if generation is not None else "]")
+            tag = f"[{subject[1]}" + (f" gen={generation}]" if generation is not None else "]")
             record = logging.makeLogRecord({**vars(record), "message": f"{tag} {record.message}"})
         return super().formatMessage(record)
 
@@ -65,9 +69,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        job = _job_of(record)
-        if job is not None:
-            entry["job"] = job
+        subject = _subject(record)
+        if subject is not None:
+            entry[subject[0]] = subject[1]
         for key, value in vars(record).items():
             if key not in _STANDARD and key not in _KOPF_INTERNAL and key not in entry:
                 entry[key] = value
@@ -85,3 +89,6 @@ def configure(log_format: str, level: str) -> None:
     root.setLevel(level.upper())
     # The kubernetes client's urllib3 is chatty at debug level; keep it to warnings.
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    if root.level > logging.DEBUG:
+        # kopf logs "Handler ... succeeded" for every pod event: only its problems matter.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)

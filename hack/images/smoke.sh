@@ -3,7 +3,7 @@
 # temp dir; never the cluster's) and checks what the other parts rely on:
 #   pause    exits 0 on SIGTERM
 #   base     python3 (ssl, venv), bash, ps; tini as PID 1 forwards SIGTERM to the command
-#   worker   imports tensorflow and multiworker.runtime; examples/training/ is there
+#   worker   imports tensorflow and multiworker.runtime; examples/training/train.py trains alone
 #   operator imports multiworker, kopf, kubernetes and runs `multiworker-operator --help`, as
 #            UID 65532 on a read-only root filesystem
 #   smoke.sh [NAME...]        (default: every image that has an archive, but worker-gpu)
@@ -94,7 +94,9 @@ for name in "${names[@]}"; do
     worker | worker-gpu)
       check "imports tensorflow and multiworker.runtime" run "$r" "$name-import" python3 -c \
         'import time; t=time.time(); import tensorflow as tf, multiworker.runtime; print(f"tensorflow {tf.__version__}, import {time.time()-t:.1f}s")'
-      check "examples/training present" run "$r" "$name-examples" ls /opt/multiworker/examples/training ;;
+      check "examples/training present" run "$r" "$name-examples" ls /opt/multiworker/examples/training
+      check "example trains standalone (2 epochs)" run --net-host --env MWJ_PROGRESS_PORT=0 "$r" \
+        "$name-train" timeout 300 python3 /opt/multiworker/examples/training/train.py --epochs 2 ;;
     operator)
       check "imports as UID 65532 on a read-only root" run --read-only "$r" operator-import python3 -c \
         'import os, multiworker, kopf, kubernetes, pydantic; assert os.getuid() == 65532, os.getuid(); print("uid", os.getuid())'

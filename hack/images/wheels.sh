@@ -21,6 +21,11 @@ mkdir -p "$wheels/locks"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# The host's pip resolves and downloads; --report needs pip >= 22.2.
+pip() { python3 -m pip "$@"; }
+python3 -c 'import sys; from pip import __version__ as v; sys.exit(tuple(map(int, v.split(".")[:2])) < (22, 2))' \
+  2>/dev/null || die "wheels.sh needs python3 with pip >= 22.2 (python3 -m pip install -U pip)"
+
 # Only wheels, for the images' Python and this machine's platform.
 binary=(--only-binary=:all: --python-version "$python_version" --disable-pip-version-check)
 

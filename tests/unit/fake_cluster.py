@@ -117,6 +117,11 @@ class FakeCluster:
             "exitCode": code, "reason": reason, "message": message,
             "finishedAt": _stamp(self.now)}}}]
 
+    def unschedulable(self, index: int, message: str) -> None:
+        pod = self.pods[names.worker_name(self.job_name, index)]
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                        "reason": "Unschedulable", "message": message}]
+
     def user_deletes(self, index: int) -> None:
         pod = self.pods[names.worker_name(self.job_name, index)]
         self.delete_pod("", pod["metadata"]["name"], pod["metadata"]["uid"])

@@ -37,7 +37,7 @@ FAIL_FAST = {"onExitCodes": [{"action": "FailJob", "values": [2]}]}
         pytest.param(
             [*running(0, 2), PodBuilder(1).exited(1)], 0, {},
             ActionKind.RESTART_GROUP, "WorkerFailed",
-            "restarting group: worker-1 exited 1 (Error); restart 1 of 3 in 10s",
+            "restarting group: worker-1 exited 1 (Error); restart 1 of 3 in 1s",
             id="non-zero exit restarts and spends one restart",
         ),
         pytest.param(

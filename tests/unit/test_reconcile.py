@@ -227,6 +227,23 @@ def test_startup_timeout_fails_the_job() -> None:
     assert "worker-2 could not start within 60s" in cluster.events[-1][2]
 
 
+def test_unschedulable_worker_is_reported_once() -> None:
+    cluster = make()
+    step(cluster)
+    cluster.run(0, 1)
+    message = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    cluster.unschedulable(2, message)
+    step(cluster)
+    step(cluster)
+    status = cluster.status
+    assert status["phase"] == "Pending" and status["ready"] == "2/3"
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert running["reason"] == "Unschedulable"
+    assert running["message"] == f"worker-2 is not scheduled yet (Unschedulable: {message})"
+    assert [e for e in cluster.events if e[0] == "Warning"] == [
+        ("Warning", "Unschedulable", running["message"])]
+
+
 def test_gone_job_stops_the_loop() -> None:
     cluster = make()
     cluster.job = None

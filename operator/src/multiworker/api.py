@@ -73,8 +73,9 @@ class RestartPolicy(Model):
 
     max_restarts: int = Field(default=3, ge=0, le=10000)
     """How many times a failed group is restarted before the job fails."""
-    backoff_seconds: int = Field(default=10, ge=0, le=86400)
-    """Wait before the first restart; doubles with every restart spent."""
+    backoff_seconds: int = Field(default=1, ge=0, le=86400)
+    """Wait before the first restart; doubles with every restart spent (1, 2, 4, ... by
+    default: a transient failure recovers at once, a crash loop slows down)."""
     max_backoff_seconds: int = Field(default=300, ge=0, le=86400)
     """Upper bound of the exponential backoff."""
     on_exit_codes: list[ExitCodeRule] = Field(default_factory=list, max_length=32)

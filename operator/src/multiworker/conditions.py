@@ -30,6 +30,7 @@ class Reason(StrEnum):
     ALL_WORKERS_RUNNING = "AllWorkersRunning"
     WORKERS_PENDING = "WorkersPending"
     WORKERS_STARTING = "WorkersStarting"
+    UNSCHEDULABLE = "Unschedulable"
     WORKER_FAILED = "WorkerFailed"
     WORKER_DISRUPTED = "WorkerDisrupted"
     GROUP_RECOVERED = "GroupRecovered"

@@ -45,6 +45,8 @@ FORCE_DELETE_AFTER = timedelta(seconds=30)
 # Poll while waiting for old pods to go (their deletion events wake us sooner).
 STALE_POLL_SECONDS = 2.0
 CONFLICT_RETRY_SECONDS = 30.0
+# Why-not-running reasons that also get a Warning Event (when the message changes).
+_WARN_REASONS = frozenset({Reason.OBJECT_CONFLICT, Reason.UNSCHEDULABLE})
 
 
 def reconcile(cluster: ClusterIO, namespace: str, name: str, now: datetime) -> Outcome:
@@ -192,7 +194,7 @@ def compute_status(p: Pass) -> Flow:
         return Flow.CONTINUE
     reason, message = p.blocked or waiting_for(p)
     old = find(p.job.status.conditions, Type.RUNNING)
-    problem = reason in PROBLEM_WAITING_REASONS or reason == Reason.OBJECT_CONFLICT
+    problem = reason in PROBLEM_WAITING_REASONS or reason in _WARN_REASONS
     if problem and (old is None or old.message != message):
         p.emit(WARNING, reason, message)
     p.condition(Type.RUNNING, "False", reason, message)

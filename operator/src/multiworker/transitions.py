@@ -131,7 +131,9 @@ def waiting_for(p: Pass) -> tuple[str, str]:
     if worker.phase is WorkerPhase.MISSING:
         return Reason.WORKERS_PENDING, f"creating {len(waiting)} workers"
     if worker.phase is WorkerPhase.PENDING:
-        return Reason.WORKERS_PENDING, f"worker-{worker.index} is not scheduled yet ({detail})"
+        unschedulable = worker.reason == Reason.UNSCHEDULABLE
+        reason = Reason.UNSCHEDULABLE if unschedulable else Reason.WORKERS_PENDING
+        return reason, f"worker-{worker.index} is not scheduled yet ({detail})"
     if worker.reason in PROBLEM_WAITING_REASONS:
         return worker.reason, f"worker-{worker.index} cannot start ({detail})"
     return Reason.WORKERS_STARTING, f"worker-{worker.index} is starting ({detail})"

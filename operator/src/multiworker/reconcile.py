@@ -167,9 +167,9 @@ def ensure_workers(p: Pass) -> Flow:
         try:
             result = p.cluster.create_pod(pod)
         except RejectedObject as e:
-            culprit = Action(ActionKind.FAIL_JOB, Reason.INVALID_POD_TEMPLATE,
+            action = Action(ActionKind.FAIL_JOB, Reason.INVALID_POD_TEMPLATE,
                              f"the API server rejected worker-{worker.index}'s pod: {e}")
-            finish(p, Phase.FAILED, culprit)
+            finish(p, Phase.FAILED, action)
             return Flow.DONE
         if result is Created.EXISTS:
             existing = p.cluster.get_pod(p.job.namespace, pod["metadata"]["name"])

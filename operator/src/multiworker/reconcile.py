@@ -168,7 +168,7 @@ def ensure_workers(p: Pass) -> Flow:
             result = p.cluster.create_pod(pod)
         except RejectedObject as e:
             action = Action(ActionKind.FAIL_JOB, Reason.INVALID_POD_TEMPLATE,
-                             f"the API server rejected worker-{worker.index}'s pod: {e}")
+                            f"the API server rejected worker-{worker.index}'s pod: {e}")
             finish(p, Phase.FAILED, action)
             return Flow.DONE
         if result is Created.EXISTS:

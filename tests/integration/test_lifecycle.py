@@ -170,3 +170,45 @@ def test_unschedulable_worker_fails_after_the_startup_timeout(jobs: Jobs) -> Non
     assert failed is not None and failed["reason"] == "StartupTimeout"
     assert "could not start within 3s (Unschedulable:" in failed["message"]
     assert "Insufficient nvidia.com/gpu" in failed["message"]
+
+
+def test_pod_the_api_server_rejects_fails_the_job(jobs: Jobs) -> None:
+    manifest = job("train", SLEEP, workers=2)
+    manifest["spec"]["template"]["spec"]["containers"][0]["name"] = "Not_A_DNS_Label"
+    jobs.apply(manifest)  # the CRD checks only what the operator relies on
+    status = jobs.wait_phase("train", "Failed")
+    failed = condition(status, "Failed")
+    assert failed is not None and failed["reason"] == "InvalidPodTemplate"
+    assert "the API server rejected worker-0's pod" in failed["message"]
+    assert "Not_A_DNS_Label" in failed["message"]
+
+
+def test_checkpoint_volume_survives_a_group_restart(jobs: Jobs) -> None:
+    """Every generation mounts the same claim: what generation 0 wrote, generation 1 reads."""
+    volume = f"mwj-{jobs.namespace}"[:63]
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "ckpt"},
+             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                      "volumeName": volume, "resources": {"requests": {"storage": "1Mi"}}}}
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+          "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteMany"],
+                   "storageClassName": "", "persistentVolumeReclaimPolicy": "Delete",
+                   "hostPath": {"path": f"/tmp/{volume}", "type": "DirectoryOrCreate"}}}
+    script = """
+        echo "generation $MWJ_RESTART_COUNT worker $MWJ_WORKER_INDEX" >> "$MWJ_CHECKPOINT_DIR/log"
+        if [ "$MWJ_WORKER_INDEX" = 0 ] && [ "$MWJ_RESTART_COUNT" = 0 ]; then sleep 1; exit 1; fi
+        exec sleep 3600
+    """
+    try:
+        jobs.cluster.kubectl("apply", "-f", "-", input=json.dumps(pv))
+        jobs.apply(claim)
+        jobs.apply(job("train", script, workers=2, restartPolicy={"backoffSeconds": 0},
+                       checkpoint={"claimName": "ckpt", "mountPath": "/ckpt"}))
+        jobs.wait_running("train", generation=1)
+        assert {env_of(p)["MWJ_CHECKPOINT_DIR"] for p in jobs.pods("train")} == {"/ckpt"}
+        written = jobs.kubectl("exec", "train-worker-1", "--", "cat", "/ckpt/log").stdout
+        assert set(written.splitlines()) == {
+            f"generation {g} worker {w}" for g in (0, 1) for w in (0, 1)}
+    finally:
+        jobs.kubectl("delete", "mwj", "train", "--ignore-not-found", "--wait=true")
+        jobs.kubectl("delete", "pvc", "ckpt", "--ignore-not-found", "--wait=false")
+        jobs.cluster.kubectl("delete", "pv", volume, "--ignore-not-found", "--wait=false")

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.cluster import BIN, REPO, Cluster, load_images
+from tests.integration.jobs import Jobs, job
 from tests.support import wait_for
 
 CHART = REPO / "charts" / "multiworker-operator"
@@ -194,6 +195,16 @@ class Release:
         return (f"release {self.name} to roll out\n{deployment}\n{pods}\n"
                 f"{logs.stdout}{logs.stderr}")
 
+    def logs(self) -> str:
+        proc = self.kubectl("logs", "-l", f"app.kubernetes.io/instance={self.name}",
+                            "--all-containers", "--prefix", "--tail=-1", check=False)
+        return proc.stdout + proc.stderr
+
+    def peers(self) -> set[str]:
+        """Identities (pod names) with a keep-alive in the release's KopfPeering."""
+        proc = self.kubectl("get", "kopfpeering", self.fullname, "-o", "json")
+        return set(json.loads(proc.stdout).get("status") or {})
+
     def pod_names(self) -> list[str]:
         out = self.kubectl("get", "pods", "-l", f"app.kubernetes.io/instance={self.name}",
                            "--field-selector=status.phase=Running", "-o", "name").stdout
@@ -274,17 +285,42 @@ def test_metrics_are_scraped_through_the_service(release: Release, tmp_path: Pat
     assert not missing, f"metrics missing from the scrape: {missing}\n{text}"
 
 
+@pytest.mark.usefixtures("images")
+def test_chart_rbac_is_enough_for_a_job_lifetime(
+    release: Release, jobs: Jobs, tmp_path: Path
+) -> None:
+    """The operator, with only the chart's RBAC, runs a job from creation to TTL deletion:
+    watch jobs and pods, create the Service and pods, patch status, post Events, delete."""
+    release.install({"watchNamespaces": [release.namespace]}, tmp_path)
+    release.wait_rolled_out()
+    jobs.apply(job("rbac", "sleep 1; exit 0", workers=2, ttlSecondsAfterFinished=3))
+    jobs.wait_phase("rbac", "Succeeded")
+    assert jobs.events("rbac"), "the operator posted no Events"
+    wait_for(lambda: jobs.get("rbac") is None, 60, interval=1,
+             describe="the job to be deleted after ttlSecondsAfterFinished")
+    logs = release.logs()
+    denied = [line for line in logs.splitlines() if "forbidden" in line.lower()]
+    assert not denied, "the operator was denied:\n" + "\n".join(denied)
+
+
 def test_ha_replicas_peer(release: Release, tmp_path: Path) -> None:
     """Two replicas both keep the peering object alive: kopf peering really runs."""
     ns = release.namespace
     release.install({"replicaCount": 2, "watchNamespaces": [ns]}, tmp_path)
     release.wait_rolled_out()
-
-    def peers() -> set[str]:
-        proc = release.kubectl("get", "kopfpeering", release.fullname, "-o", "json")
-        return set(json.loads(proc.stdout).get("status", {}))
-
     pods = set(release.pod_names())
     assert len(pods) == 2
-    wait_for(lambda: peers() >= pods, 90, interval=1,
-             describe=lambda: f"both pods {pods} in the peering object, got {peers()}")
+    wait_for(lambda: release.peers() >= pods, 90, interval=1,
+             describe=lambda: f"both pods {pods} in the peering object, got {release.peers()}")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "every replica runs with kopf priority 0, and kopf pauses all same-priority peers: the "
+    "operator needs distinct priorities per replica (e.g. random when --peering is given)"))
+@pytest.mark.usefixtures("images")
+def test_ha_one_replica_handles_jobs(release: Release, jobs: Jobs, tmp_path: Path) -> None:
+    release.install({"replicaCount": 2, "watchNamespaces": [release.namespace]}, tmp_path)
+    release.wait_rolled_out()
+    wait_for(lambda: len(release.peers()) == 2, 90, interval=1, describe="two peers")
+    jobs.apply(job("ha", "exec sleep 3600", workers=1))
+    jobs.wait_phase("ha", "Running", timeout=60)

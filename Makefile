@@ -1,6 +1,7 @@
 # multiworker — one entry point for setup, tests and the local cluster.
 # `make run` and `make test` are the two commands a fresh machine needs (see README).
 SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
 .DEFAULT_GOAL := help
 PY ?= python3
 VENV := .venv
@@ -19,6 +20,9 @@ $(VENV)/.installed: operator/pyproject.toml
 
 venv: $(VENV)/.installed ## create .venv with the package and test dependencies
 
+binaries: ## build the pinned Kubernetes, CoreDNS, helm and kind binaries (cached by version)
+	hack/cluster/build-binaries.sh
+
 cluster-up: ## bring up the local real cluster (.cluster/kubeconfig)
 	hack/cluster/up.sh
 
@@ -31,13 +35,14 @@ images: ## build the images offline (cached by content)
 generate: venv ## regenerate files derived from the source (CRD)
 	$(VENV)/bin/python -m multiworker.crd > crds/multiworker.dev_multiworkerjobs.yaml
 
-verify: venv ## lint, type-check and fail on generated-file drift
+verify: venv binaries ## lint, type-check and fail on generated-file drift
 	$(VENV)/bin/ruff check operator tests
 	$(VENV)/bin/mypy operator/src
+	$(MW_CACHE)/bin/helm lint --strict charts/multiworker-operator 2>&1 | grep -v 'found symbolic link'
 	$(VENV)/bin/python -m multiworker.crd | diff -u crds/multiworker.dev_multiworkerjobs.yaml - \
 		|| { echo "crds/ is stale: run make generate"; exit 1; }
 
-test-unit: venv ## unit and runtime tests (no cluster)
+test-unit: venv binaries ## unit and runtime tests (no cluster)
 	$(PYTEST) tests/unit tests/runtime
 
 test-integration: venv ## integration tests on a real cluster (CLUSTER=local|kind|existing)
@@ -46,11 +51,11 @@ test-integration: venv ## integration tests on a real cluster (CLUSTER=local|kin
 test-e2e: venv ## e2e tests with real TensorFlow pods (CLUSTER=local|kind|existing)
 	CLUSTER=$(CLUSTER) $(PYTEST) tests/e2e
 
-test: venv ## everything CI runs: verify, then all test tiers on the local real cluster
+test: venv binaries ## everything CI runs: verify, then all test tiers on the local real cluster
 	$(MAKE) verify
 	CLUSTER=$(CLUSTER) $(PYTEST) tests
 
 clean: cluster-down ## stop the cluster and remove local state (caches stay)
 	rm -rf .cluster test-logs
 
-.PHONY: help venv cluster-up cluster-down images generate verify test-unit test-integration test-e2e test clean
+.PHONY: help binaries venv cluster-up cluster-down images generate verify test-unit test-integration test-e2e test clean

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from multiworker import names
-from multiworker.k8s import Created, RejectedObject
+from multiworker.k8s import Conflict, Created, RejectedObject
 
 from tests.unit.builders import T0
 
@@ -21,6 +21,8 @@ def _stamp(moment: datetime) -> str:
 class FakeCluster:
     def __init__(self, job: Manifest) -> None:
         self.job: Manifest | None = copy.deepcopy(job)
+        if self.job is not None:
+            self.job["metadata"].setdefault("resourceVersion", "1")
         self.pods: dict[str, Manifest] = {}
         self.services: dict[str, Manifest] = {}
         self.events: list[tuple[str, str, str]] = []
@@ -28,20 +30,32 @@ class FakeCluster:
         self.now = T0
         self.reject_pods: str | None = None  # a message: the API server refuses pods
         self.fail_status_writes = 0
+        self.serve_once: Manifest | None = None  # an outdated read, served once
         self._uids = 0
 
     # --- ClusterIO ---
 
     def get_job(self, namespace: str, name: str) -> Manifest | None:
-        return copy.deepcopy(self.job)
+        served, self.serve_once = self.serve_once, None
+        return copy.deepcopy(served or self.job)
 
-    def patch_job_status(self, namespace: str, name: str, status: Manifest) -> None:
+    def patch_job_status(
+        self, namespace: str, name: str, status: Manifest, resource_version: str
+    ) -> None:
         if self.fail_status_writes:
             self.fail_status_writes -= 1
             raise RuntimeError("injected status write failure")
         assert self.job is not None
+        if resource_version != self.job["metadata"]["resourceVersion"]:
+            raise Conflict("changed")
         merged = {**self.job.get("status", {}), **status}
         self.job["status"] = {k: v for k, v in merged.items() if v is not None}
+        self._bump()
+
+    def _bump(self) -> None:
+        assert self.job is not None
+        meta = self.job["metadata"]
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
 
     def delete_job(self, namespace: str, name: str, uid: str) -> None:
         self.job = None
@@ -130,6 +144,7 @@ class FakeCluster:
         assert self.job is not None
         self.job["spec"].update(changes)
         self.job["metadata"]["generation"] += 1
+        self._bump()
 
     @property
     def job_name(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 from typing import Any
 
@@ -185,6 +186,37 @@ def test_crash_before_the_status_write_converges_without_duplicates() -> None:
     step(cluster)
     assert cluster.created_pods == [*PODS, "demo-worker-2"]
     assert cluster.status["groupStartTime"]
+
+
+def test_a_pass_on_an_outdated_view_changes_nothing() -> None:
+    """Another actor restarted the group after this pass read the job: its new pods must not
+    be taken for stale ones, and nothing this pass decided may be written."""
+    cluster = started()
+    outdated = copy.deepcopy(cluster.job)
+    cluster.exit(1, 1)
+    step(cluster)
+    step(cluster)
+    cluster.finish_deletions()
+    step(cluster, seconds=1)
+    assert cluster.generations() == dict.fromkeys(PODS, "1")
+    status, events = cluster.status, list(cluster.events)
+    cluster.serve_once = outdated
+    assert step(cluster).requeue == 0
+    assert all("deletionTimestamp" not in p["metadata"] for p in cluster.pods.values())
+    assert (cluster.status, cluster.events) == (status, events)
+
+
+def test_status_write_is_refused_when_the_job_changed_meanwhile() -> None:
+    cluster = make()
+    step(cluster)
+    outdated = copy.deepcopy(cluster.job)
+    cluster.run()
+    cluster.set_spec(ttlSecondsAfterFinished=600)  # someone edits the job mid-pass
+    cluster.serve_once = outdated
+    assert step(cluster).requeue == 0
+    assert cluster.status["phase"] == "Pending"
+    step(cluster)
+    assert cluster.status["phase"] == "Running"
 
 
 def test_invalid_spec_fails_once_naming_the_field() -> None:

@@ -35,7 +35,9 @@ class ClusterIO(Protocol):
     """What a reconcile pass needs from the cluster: Cluster below, a fake in unit tests."""
 
     def get_job(self, namespace: str, name: str) -> Manifest | None: ...
-    def patch_job_status(self, namespace: str, name: str, status: Manifest) -> None: ...
+    def patch_job_status(
+        self, namespace: str, name: str, status: Manifest, resource_version: str
+    ) -> None: ...
     def delete_job(self, namespace: str, name: str, uid: str) -> None: ...
     def list_pods(self, namespace: str, job: str) -> list[Manifest]: ...
     def get_pod(self, namespace: str, name: str) -> Manifest | None: ...
@@ -48,6 +50,10 @@ class ClusterIO(Protocol):
     def emit_event(
         self, job: Manifest, type_: str, reason: str, message: str, now: datetime
     ) -> None: ...
+
+
+class Conflict(Exception):
+    """The object changed since we read it (optimistic concurrency): read again."""
 
 
 class RejectedObject(Exception):
@@ -89,10 +95,19 @@ class Cluster:
     def get_job(self, namespace: str, name: str) -> Manifest | None:
         return self._get(_job_path(namespace, name))
 
-    def patch_job_status(self, namespace: str, name: str, status: Manifest) -> None:
-        """Merge-patch the status subresource (null clears a field)."""
-        self._call("PATCH", _job_path(namespace, name) + "/status", {"status": status},
-                   content_type="application/merge-patch+json")
+    def patch_job_status(
+        self, namespace: str, name: str, status: Manifest, resource_version: str
+    ) -> None:
+        """Merge-patch the status subresource (null clears a field), only if the job is still
+        at `resource_version`: a decision made on an outdated view is never written."""
+        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        try:
+            self._call("PATCH", _job_path(namespace, name) + "/status", body,
+                       content_type="application/merge-patch+json")
+        except ApiException as e:
+            if e.status == 409:
+                raise Conflict(f"{namespace}/{name} changed since it was read") from e
+            raise
 
     def delete_job(self, namespace: str, name: str, uid: str) -> None:
         """Delete the job; owner references take its pods and Service with it."""

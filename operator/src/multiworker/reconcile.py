@@ -20,7 +20,7 @@ from multiworker import names
 from multiworker.api import CleanPodPolicy
 from multiworker.conditions import Reason, Type, find
 from multiworker.job import InvalidJobSpec, Job
-from multiworker.k8s import ClusterIO, Created, Manifest, RejectedObject
+from multiworker.k8s import ClusterIO, Conflict, Created, Manifest, RejectedObject
 from multiworker.logs import job_logger
 from multiworker.observe import PROBLEM_WAITING_REASONS, WorkerPhase, observe_group
 from multiworker.policy import Action, ActionKind, failure_action, startup_deadline, success_action
@@ -68,7 +68,11 @@ def reconcile(cluster: ClusterIO, namespace: str, name: str, now: datetime) -> O
     for step in STEPS:
         if step(p) is Flow.DONE:
             break
-    write(p)
+    try:
+        write(p)
+    except Conflict:
+        log.debug("the job changed during this pass: reading it again")
+        return Outcome(requeue=0)
     return Outcome(requeue=p.requeue)
 
 
@@ -93,7 +97,16 @@ def stop_if_finished(p: Pass) -> Flow:
 
 
 def delete_stale_pods(p: Pass) -> Flow:
-    """Pods of an earlier generation go first; their names are reused by the new group."""
+    """Pods of an earlier generation go first; their names are reused by the new group.
+
+    A pod of a *later* generation means another pass (an operator replica that has not yet
+    noticed it lost its lease, say) moved the job on after this pass read it: the status is
+    always written before the pods of a new generation exist, so a fresh read tells.
+    """
+    if _status_moved_on(p):
+        p.outdated = True
+        p.wake_in(0)
+        return Flow.DONE
     for pod in p.group.stale:
         if pod.deletion is None:
             p.log.info("deleting %s of generation %s", pod.name, pod.generation)
@@ -221,6 +234,16 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
 
 
 # --- helpers of the steps ---
+
+
+def _status_moved_on(p: Pass) -> bool:
+    generation = p.status.group_generation
+    if not any(pod.generation is not None and pod.generation > generation
+               for pod in p.group.stale):
+        return False
+    fresh = p.cluster.get_job(p.job.namespace, p.job.name)
+    current = ((fresh or {}).get("status") or {}).get("groupGeneration", generation)
+    return bool(current != generation)
 
 
 def _clean_finished_pods(p: Pass) -> None:

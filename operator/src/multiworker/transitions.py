@@ -48,7 +48,8 @@ class Pass:
     after_write: list[Callable[[], None]] = field(default_factory=list)
     requeue: float | None = None
     blocked: tuple[str, str] | None = None  # why the group cannot be created (condition)
-    deleted: bool = False
+    deleted: bool = False  # the job was deleted (ttlSecondsAfterFinished)
+    outdated: bool = False  # the status moved on since this pass read it: write nothing
 
     def wake_in(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)
@@ -166,6 +167,8 @@ def write(p: Pass) -> None:
     if p.deleted:
         metrics.set_job_phase(p.job.namespace, p.job.name, None)
         return
+    if p.outdated:
+        return
     s = p.status
     ready = p.group.ready if p.group.generation == s.group_generation else 0
     s.total_workers, s.ready_workers = p.job.spec.workers, ready
@@ -173,7 +176,8 @@ def write(p: Pass) -> None:
     s.observed_generation = p.job.generation
     new = dump(s)
     if new != dump(p.job.status):
-        p.cluster.patch_job_status(p.job.namespace, p.job.name, new)
+        p.cluster.patch_job_status(p.job.namespace, p.job.name, new,
+                                   p.body["metadata"]["resourceVersion"])
     for type_, reason, message in p.events:
         p.cluster.emit_event(p.body, type_, reason, message, p.now)
     for record in p.after_write:
@@ -193,7 +197,8 @@ def reject_spec(cluster: ClusterIO, body: Manifest, problems: list[str], now: da
     status.conditions = set_condition(
         status.conditions, Type.FAILED, "True", Reason.INVALID_SPEC, message, now
     )
-    cluster.patch_job_status(meta["namespace"], meta["name"], dump(status))
+    cluster.patch_job_status(meta["namespace"], meta["name"], dump(status),
+                             meta["resourceVersion"])
     cluster.emit_event(body, WARNING, Reason.INVALID_SPEC, message, now)
     job_logger(meta["namespace"], meta["name"]).warning("%s", message)
     metrics.set_job_phase(meta["namespace"], meta["name"], Phase.FAILED)

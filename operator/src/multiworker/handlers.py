@@ -5,6 +5,11 @@ remove it when the operator stops, so deleting a job — or its namespace — ha
 operator is down. A job needs no cleanup beyond owner-reference garbage collection, so its loop
 is a plain asyncio task: started by the job's watch events (kopf replays every existing job at
 start-up) and cancelled by its DELETED event. No finalizer, no kopf annotations on the job.
+
+With kopf peering (HA replicas), kopf pauses only its own watch streams: a paused replica's
+loops keep resyncing. That is safe, not just tolerated: every pass writes its status only if
+the job is unchanged since it read it, and never deletes pods of a newer generation (see
+reconcile.py), so two replicas cannot fight over a job.
 """
 
 from __future__ import annotations

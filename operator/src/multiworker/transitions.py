@@ -65,6 +65,8 @@ class Pass:
 
 
 def restart_group(p: Pass, action: Action) -> None:
+    """Move the job to the next generation: the current pods become stale (deleted by the
+    next pass) and the new group starts after the backoff (none for disruptions)."""
     s, counted = p.status, action.kind is ActionKind.RESTART_GROUP
     s.last_failure = failure_record(p, action)
     s.group_generation += 1
@@ -88,6 +90,7 @@ def restart_group(p: Pass, action: Action) -> None:
 
 
 def finish(p: Pass, phase: Phase, action: Action) -> None:
+    """Succeeded or Failed, for good: the condition says why, the next pass cleans up."""
     s = p.status
     s.phase, s.completion_time = phase, p.now
     s.restart_after = s.recovering_since = None

@@ -1,3 +1,4 @@
+# mypy: allow-subclassing-any
 """Example MultiWorkerJob training: learn y = x.W + b from noisy synthetic data (no downloads).
 
 The data has a known solution, so the script can check that training really worked: at the end

@@ -1,31 +1,29 @@
-"""Waiting for the other workers at start, with a deadline and one log line per missing peer.
+"""Waiting for the other workers at start, with a deadline and periodic lines per missing peer.
 
-Why two phases. Each worker's TF gRPC server starts listening only inside the MWMS constructor,
-and that constructor blocks until every worker has registered with the coordination service on
-worker 0. Waiting for peers' ports *before* constructing the strategy would therefore deadlock
-(everyone waits for ports nobody opens). So:
+The chicken-and-egg: a worker's TF gRPC server starts listening only inside the MWMS
+constructor, and that constructor then blocks (holding the GIL, so no Python thread can even
+log) until every worker has registered with the coordination service on worker 0. Waiting for
+*all* peers' ports before constructing would deadlock: everyone waits for ports nobody opens.
+What can be waited for safely, in Python, with logs and a deadline:
 
-1. `wait_for_peers` (before the strategy): every peer's DNS name resolves. This is the
-   Kubernetes race: a headless Service publishes a pod's record only some time after the pod
-   starts, and gRPC would otherwise fail or back off on unresolvable names.
-2. `PeerWatch` (around the MWMS constructor, see `strategy.make_strategy`): a thread probes each
-   peer's port over TCP, logs the ones not yet accepting, and ends the process with exit 3 at
-   the deadline. It must exit from the thread: the constructor blocks in C++ and, on worker 0,
-   TF waits for missing workers forever (measured with cluster_register_timeout set).
+1. every peer's DNS name resolves: the Kubernetes race, a headless Service publishes a pod's
+   record only some time after the pod starts;
+2. on workers other than 0: worker 0's port accepts TCP, since registering needs it, and
+   worker 0 opens it without waiting for anyone.
+
+The rest (the others registering with worker 0) happens inside the constructor, bounded by the
+same timeout through TF's registration barrier (see `strategy.make_strategy`).
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-import threading
 import time
 from collections.abc import Callable, Sequence
-from types import TracebackType
 
 from multiworker.runtime.context import WorkerContext
-from multiworker.runtime.errors import ExitCode, PeersUnreachable
-from multiworker.runtime.exits import exit_now
+from multiworker.runtime.errors import PeersUnreachable
 from multiworker.runtime.progress import Phase
 
 log = logging.getLogger(__name__)
@@ -33,43 +31,46 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
 LOG_EVERY_SECONDS = 10.0
 CONNECT_TIMEOUT_SECONDS = 1.0
+TIMEOUT_VARIABLE = "MWJ_PEER_TIMEOUT_SECONDS"
 
 
 def wait_for_peers(context: WorkerContext) -> None:
-    """Blocks until every other worker's DNS name resolves; PeersUnreachable (exit 3) on timeout."""
+    """Blocks until peers' names resolve and, off worker 0, worker 0 accepts connections.
+
+    Raises PeersUnreachable (exit 3) naming the missing peers after MWJ_PEER_TIMEOUT_SECONDS.
+    """
     config = context.config
     if config.is_standalone:
         return
     context.progress.set_phase(Phase.WAITING_FOR_PEERS)
-    others = other_peers(config.peers, config.worker_index)
-    deadline = time.monotonic() + config.peer_timeout_seconds
-    missing = wait_until(others, resolves, deadline, "DNS name unresolved", threading.Event())
-    if missing:
+    timeout = config.peer_timeout_seconds
+    deadline = time.monotonic() + timeout
+    others = [peer for i, peer in enumerate(config.peers) if i != config.worker_index]
+    unresolved = wait_until(others, resolves, deadline, "name does not resolve yet")
+    if unresolved:
         raise PeersUnreachable(
-            f"peers not resolvable after {config.peer_timeout_seconds:g}s "
-            f"(MWJ_PEER_TIMEOUT_SECONDS): {', '.join(missing)}"
+            f"peers not resolvable after {timeout:g}s ({TIMEOUT_VARIABLE}): {', '.join(unresolved)}"
         )
-    log.info("all %d peers resolve", len(others))
-
-
-def other_peers(peers: Sequence[str], worker_index: int) -> list[str]:
-    return [peer for i, peer in enumerate(peers) if i != worker_index]
+    leader = [] if config.is_chief else [config.peers[0]]
+    closed = wait_until(leader, accepts_tcp, deadline, "port not accepting connections yet")
+    if closed:
+        raise PeersUnreachable(
+            f"peers not accepting connections after {timeout:g}s ({TIMEOUT_VARIABLE}): "
+            f"{', '.join(closed)}"
+        )
+    log.info("peers resolve%s", "" if config.is_chief else f"; worker 0 at {config.peers[0]} is up")
 
 
 def wait_until(
-    peers: Sequence[str],
-    ready: Callable[[str], bool],
-    deadline: float,
-    what: str,
-    stopped: threading.Event,
+    peers: Sequence[str], ready: Callable[[str], bool], deadline: float, what: str
 ) -> list[str]:
-    """Polls `ready` for each peer until all are ready, `deadline` (monotonic) passes, or
-    `stopped` is set. Returns the peers still not ready; logs them every LOG_EVERY_SECONDS."""
+    """Polls `ready` for each peer until all are ready or `deadline` (monotonic) passes.
+
+    Returns the peers still not ready; logs each of them every LOG_EVERY_SECONDS meanwhile."""
     next_log = time.monotonic() + LOG_EVERY_SECONDS
     missing = [peer for peer in peers if not ready(peer)]
     while missing and time.monotonic() < deadline:
-        if stopped.wait(POLL_SECONDS):
-            return []
+        time.sleep(POLL_SECONDS)
         if time.monotonic() >= next_log:
             for peer in missing:
                 log.info("waiting for peer %s: %s", peer, what)
@@ -94,51 +95,3 @@ def accepts_tcp(peer: str) -> bool:
     except OSError:
         return False
     return True
-
-
-class PeerWatch:
-    """While active, a thread waits for peers' ports and exits the process with 3 at the deadline.
-
-    Used around the blocking MWMS constructor; leaving the `with` block stops the watch.
-    """
-
-    def __init__(self, context: WorkerContext) -> None:
-        self._config = context.config
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="peer-watch", daemon=True)
-
-    def __enter__(self) -> PeerWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._stopped.set()
-        self._thread.join()
-
-    def _watch(self) -> None:
-        config = self._config
-        others = other_peers(config.peers, config.worker_index)
-        timeout = config.peer_timeout_seconds
-        deadline = time.monotonic() + timeout
-        missing = wait_until(others, accepts_tcp, deadline, "port not accepting", self._stopped)
-        if missing:
-            log.error(
-                "peers not accepting connections after %gs (MWJ_PEER_TIMEOUT_SECONDS): %s",
-                timeout,
-                ", ".join(missing),
-            )
-            exit_now(ExitCode.PEERS_UNREACHABLE)
-        if self._stopped.wait(max(0.0, deadline - time.monotonic())):
-            return
-        log.error(
-            "peers accept connections but the group did not form within %gs "
-            "(MWJ_PEER_TIMEOUT_SECONDS): %s",
-            timeout,
-            ", ".join(others),
-        )
-        exit_now(ExitCode.PEERS_UNREACHABLE)

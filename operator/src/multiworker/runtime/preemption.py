@@ -8,6 +8,7 @@ peers (see `callbacks.PreemptionCallback`), checkpoints, and exits 143.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 from types import FrameType
@@ -41,3 +42,18 @@ class StopSignal:
             exit_now(ExitCode.PREEMPTED)
         log.warning("SIGTERM: will checkpoint and stop at the next step all workers agree on")
         self.request()
+
+
+CHECK_EVERY_SECONDS = 1.0
+MAX_STEPS_BETWEEN_CHECKS = 1000
+
+
+def steps_between_checks(steps: int, seconds: float) -> int:
+    """How many steps until the next stop check, so checks happen about once a second.
+
+    Every worker must check at the same step, so this is computed from values all workers
+    share after the check's all-reduce (the steps since the last check and their mean time).
+    """
+    if seconds <= 0:
+        return MAX_STEPS_BETWEEN_CHECKS
+    return max(1, min(MAX_STEPS_BETWEEN_CHECKS, math.floor(steps * CHECK_EVERY_SECONDS / seconds)))

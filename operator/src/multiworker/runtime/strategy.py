@@ -11,8 +11,10 @@ How a dead or stopped peer is detected (TF 2.21, read from collective_all_reduce
   configure the coordination service instead, before MWMS would with its defaults:
   `heartbeat_timeout_in_ms`: a worker whose heartbeats stop for that long (dead, SIGSTOPped,
   partitioned) is reported to all others and their collectives abort with UnavailableError.
-  `cluster_register_timeout_in_ms` / `shutdown_barrier_timeout_in_ms`: how long the group waits
-  for members at start and at exit.
+  `cluster_register_timeout_in_ms` with `cluster_register_with_barrier` (not exposed by
+  `configure_coordination_service`, set on its proto): the constructor fails after that long
+  if some worker never registers. Without the barrier, worker 0 waits forever (measured).
+  `shutdown_barrier_timeout_in_ms`: how long a finished worker waits for the others at exit.
 - `CommunicationOptions.timeout_seconds`: every collective that waits longer fails with
   DeadlineExceededError. This catches what heartbeats cannot: a stopped *leader* (worker 0 runs
   the service, so nobody reports it). It must exceed the longest legitimate wait between
@@ -30,9 +32,10 @@ import tensorflow as tf
 from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
 from tensorflow.python.eager import context as tf_context
 
+from multiworker.runtime.aborts import named_peers
 from multiworker.runtime.config import RuntimeConfig
 from multiworker.runtime.context import WorkerContext
-from multiworker.runtime.peers import PeerWatch
+from multiworker.runtime.errors import PeersUnreachable
 from multiworker.runtime.progress import Phase
 
 log = logging.getLogger(__name__)
@@ -60,24 +63,29 @@ class KerasCompatibleStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 def make_strategy(context: WorkerContext) -> tf.distribute.MultiWorkerMirroredStrategy:
     """Builds MWMS for this worker (standalone: a local one) and takes over SIGTERM.
 
-    Blocks until every worker has joined; a `PeerWatch` bounds that by MWJ_PEER_TIMEOUT_SECONDS
-    (exit 3). Call `wait_for_peers` first so peers' names resolve.
+    Blocks until every worker has joined, at most MWJ_PEER_TIMEOUT_SECONDS, else raises
+    PeersUnreachable (exit 3). Call `wait_for_peers` first: it waits with progress logs, which
+    are impossible here (the constructor holds the GIL while it blocks).
     """
     config = context.config
     gpus = len(tf.config.list_physical_devices("GPU"))
     options = communication_options(gpus, config.collective_timeout_seconds)
-    if config.is_standalone:
+    if not config.is_standalone:
+        context.progress.set_phase(Phase.WAITING_FOR_PEERS)
+        _configure_coordination_service(config)
+    try:
         strategy = KerasCompatibleStrategy(
             cluster_resolver=_resolver(config, gpus), communication_options=options
         )
-    else:
-        context.progress.set_phase(Phase.WAITING_FOR_PEERS)
-        _configure_coordination_service(config)
-        with PeerWatch(context):
-            strategy = KerasCompatibleStrategy(
-                cluster_resolver=_resolver(config, gpus), communication_options=options
-            )
-        log.info("all %d workers joined", config.num_workers)
+    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError) as e:
+        log.warning("joining the group failed in TensorFlow:\n%s", e.message)
+        # Worker 0's barrier error lists the absent workers after this phrase.
+        absent = e.message.split("timed out task names:", 1)[-1]
+        missing = named_peers(absent, config) or ["not named by TensorFlow"]
+        raise PeersUnreachable(
+            f"group did not form within {config.peer_timeout_seconds:g}s "
+            f"(MWJ_PEER_TIMEOUT_SECONDS); missing: {', '.join(missing)}"
+        ) from e
     context.stop.install()
     log.info(
         "strategy ready: %d replicas, %s all-reduce, collective timeout %gs",
@@ -126,3 +134,4 @@ def _configure_coordination_service(config: RuntimeConfig) -> None:
             coordination_config_pb2.CoordinatedJob(name=JOB, num_tasks=config.num_workers)
         ],
     )
+    tf_context.context().coordination_service.cluster_register_with_barrier = True

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import keras
 import tensorflow as tf
 
+from multiworker.runtime.aborts import describe_abort
 from multiworker.runtime.callbacks import CheckpointCallback, PreemptionCallback, ProgressCallback
 from multiworker.runtime.checkpoint import CheckpointStore
 from multiworker.runtime.collective import sum_over_workers
@@ -18,6 +17,7 @@ from multiworker.runtime.config import MWJ_CHECKPOINT_DIR, RuntimeConfig
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.errors import CollectiveAborted, ConfigError
 from multiworker.runtime.progress import Phase
+from multiworker.runtime.resume import plan_segments
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +29,6 @@ PEER_FAILURES = (
     tf.errors.AbortedError,
     tf.errors.InternalError,
 )
-
-
-@dataclass(frozen=True)
-class Segment:
-    """One `model.fit` call: epochs [initial_epoch, epochs) of `steps_per_epoch` steps."""
-
-    initial_epoch: int
-    epochs: int
-    steps_per_epoch: int
 
 
 def fit(
@@ -68,7 +59,9 @@ def fit(
     all_callbacks = [
         ProgressCallback(context.progress, epochs),
         *([CheckpointCallback(store, context.progress, checkpoint_every_steps)] if store else []),
-        PreemptionCallback(model.distribute_strategy, context.stop, store, context.progress),
+        PreemptionCallback(
+            model.distribute_strategy, context.stop, store, context.progress, config.num_workers
+        ),
         *callbacks,
     ]
     context.progress.set_phase(Phase.TRAINING)
@@ -84,39 +77,8 @@ def fit(
                 verbose=0,
             )
     except PEER_FAILURES as e:
-        raise CollectiveAborted(describe_abort(e, config)) from e
-
-
-def plan_segments(restored_step: int, steps_per_epoch: int, epochs: int) -> list[Segment]:
-    """The fit calls that continue from `restored_step`: first the rest of a partly done
-    epoch, then whole epochs, so no step is repeated and epoch numbers stay right."""
-    epoch, done = divmod(restored_step, steps_per_epoch)
-    segments = []
-    if done and epoch < epochs:
-        segments.append(Segment(epoch, epoch + 1, steps_per_epoch - done))
-        epoch += 1
-    if epoch < epochs:
-        segments.append(Segment(epoch, epochs, steps_per_epoch))
-    return segments
-
-
-def describe_abort(error: tf.errors.OpError, config: RuntimeConfig) -> str:
-    """One readable line out of TF's multi-line collective error, naming suspect peers."""
-    lines = [line.strip() for line in error.message.splitlines() if line.strip()]
-    keys = ("aborted by", "timed out", "unhealthy", "connection", "socket closed", "failed")
-    matching = [line for line in lines if any(k in line.lower() for k in keys)]
-    summary = re.sub(r"^(Collective ops is aborted by: )+", "", (matching or lines or [""])[0])
-    tasks = {int(t) for t in re.findall(r"/job:worker/(?:replica:\d+/)?task:(\d+)", error.message)}
-    suspects = [
-        f"worker {t} ({config.peers[t]})"
-        for t in sorted(tasks - {config.worker_index})
-        if t < len(config.peers)
-    ]
-    return (
-        f"collective aborted ({type(error).__name__}): {summary[:300]}"
-        + (f"; suspect peers: {', '.join(suspects)}" if suspects else "")
-        + "; a peer died or stopped answering, the group must restart"
-    )
+        log.warning("collective error from TensorFlow:\n%s", e.message)
+        raise CollectiveAborted(describe_abort(type(e).__name__, e.message, config)) from e
 
 
 def _store(model: keras.Model, config: RuntimeConfig) -> CheckpointStore | None:

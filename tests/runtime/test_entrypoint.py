@@ -1,0 +1,68 @@
+"""`run` maps a script's outcome to the contract's exit codes (subprocesses, no TensorFlow)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = """
+import sys
+from multiworker import runtime
+
+def main(ctx):
+    outcome = sys.argv[1]
+    if outcome == "peers":
+        raise runtime.PeersUnreachable("peers not resolvable: w-1:2222")
+    if outcome == "collective":
+        raise runtime.CollectiveAborted("collective aborted (UnavailableError): boom")
+    if outcome == "preempted":
+        raise runtime.Preempted("SIGTERM on 1 worker(s)")
+    if outcome == "bug":
+        raise ValueError("a bug in the script")
+    print("tensorflow imported:", "tensorflow" in sys.modules)
+
+runtime.run(main)
+"""
+
+
+def run_script(outcome: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, outcome],
+        check=False,
+        env={"MWJ_PROGRESS_PORT": "0", "PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("outcome", "code", "message"),
+    [
+        ("done", 0, "done"),
+        ("peers", 3, "peers not resolvable: w-1:2222 (exit 3)"),
+        ("collective", 4, "collective aborted (UnavailableError): boom (exit 4)"),
+        ("preempted", 143, "SIGTERM on 1 worker(s) (exit 143)"),
+        ("bug", 1, "ValueError: a bug in the script"),
+    ],
+)
+def test_outcome_becomes_the_exit_code(outcome: str, code: int, message: str) -> None:
+    result = run_script(outcome)
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr
+
+
+def test_bad_configuration_exits_2_listing_every_problem() -> None:
+    result = run_script("done", TF_CONFIG="{", MWJ_PROGRESS_PORT="x")
+    assert result.returncode == 2
+    assert "bad configuration: TF_CONFIG: not valid JSON" in result.stderr
+    assert (
+        "bad configuration: MWJ_PROGRESS_PORT: 'x' is not an integer" in result.stderr
+    )
+
+
+def test_run_and_config_do_not_import_tensorflow() -> None:
+    result = run_script("done")
+    assert "tensorflow imported: False" in result.stdout, result.stderr

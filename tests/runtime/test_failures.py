@@ -1,0 +1,172 @@
+"""Peer failures: a killed worker aborts the others (exit 4) and the group resumes; a stopped
+worker freezes the others' progress until the collective aborts.
+
+Measured on a 2-core machine shared with other builds, MWJ_COLLECTIVE_TIMEOUT_SECONDS=15 (the
+heartbeat timeout and the per-collective timeout, see runtime/strategy.py):
+- SIGKILL of worker 1: the survivors exit 4 about 15-18 s later. With a connection reset some
+  see UnavailableError right away; the rest learn it from the coordination service when the
+  dead worker's heartbeats have been missing for the timeout.
+- SIGSTOP of worker 1: the others' /progress step stops advancing within one step (~0.1 s)
+  and the stopped worker's /progress stops answering; the collective aborts (exit 4) about
+  15-18 s after the stop, through the same heartbeat timeout.
+The exact numbers of each run are printed as `[runtime] ...` lines.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.runtime.conftest import COLLECTIVE_TIMEOUT, Launcher, Worker
+from tests.support import wait_for
+
+# Detection takes the timeout plus a heartbeat check interval; exiting is immediate (exits.py).
+ABORT_SLACK = 10.0
+
+
+def latest_checkpoint_step(checkpoint_dir: Path) -> int:
+    """The step of the chief's latest checkpoint, from TF's `checkpoint` state file."""
+    state = (checkpoint_dir / "checkpoint").read_text()
+    match = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', state, re.MULTILINE)
+    assert match, state
+    return int(match.group(1))
+
+
+def step_of(worker: Worker) -> int | None:
+    progress = worker.progress()
+    return progress["step"] if progress and progress["phase"] == "training" else None
+
+
+def wait_exits(
+    workers: list[Worker], timeout: float, since: float
+) -> dict[int, tuple[int, float]]:
+    """Exit code and seconds from `since` to exit, per worker index."""
+    deadline = time.monotonic() + timeout
+    results: dict[int, tuple[int, float]] = {}
+    while len(results) < len(workers) and time.monotonic() < deadline:
+        for worker in workers:
+            code = worker.process.poll()
+            if code is not None and worker.index not in results:
+                results[worker.index] = (code, time.monotonic() - since)
+        time.sleep(0.1)
+    return results
+
+
+def epochs_done(worker: Worker) -> list[int]:
+    return [int(e) for e in re.findall(r"epoch (\d+)/\d+ done", worker.log())]
+
+
+@pytest.mark.timeout(240)
+def test_killed_worker_aborts_the_group_which_then_resumes(
+    launcher: Launcher, tmp_path: Path, report: Any
+) -> None:
+    checkpoints = tmp_path / "checkpoints"
+    every, per_epoch, epochs = 10, 20, 6
+    args = (
+        "--epochs",
+        str(epochs),
+        "--steps-per-epoch",
+        str(per_epoch),
+        "--checkpoint-every",
+        str(every),
+    )
+    first = launcher.start(
+        3, checkpoint_dir=checkpoints, args=(*args, "--step-sleep", "0.1")
+    )
+    wait_for(
+        lambda: (step_of(first[0]) or 0) >= 2 * per_epoch + 5,
+        timeout=120,
+        interval=0.2,
+        describe=launcher.logs,
+    )
+
+    first[1].signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    survivors = [first[0], first[2]]
+    last_step = max(step_of(w) or 0 for w in survivors)
+    exits = wait_exits(survivors, COLLECTIVE_TIMEOUT + ABORT_SLACK + 30, killed_at)
+
+    report(f"SIGKILL worker 1 -> survivors exit: {exits} (index: (code, seconds))")
+    assert {i: code for i, (code, _) in exits.items()} == {0: 4, 2: 4}, launcher.logs()
+    assert max(s for _, s in exits.values()) <= COLLECTIVE_TIMEOUT + ABORT_SLACK
+    for worker in survivors:
+        assert "collective aborted" in worker.log()
+    saved = latest_checkpoint_step(checkpoints)
+    assert 0 < saved <= last_step and last_step - saved <= every + 1
+
+    second = launcher.start(
+        3,
+        generation=1,
+        checkpoint_dir=checkpoints,
+        args=(*args, "--step-sleep", "0.02"),
+    )
+    resumed = wait_for(
+        lambda: second[2].progress() if step_of(second[2]) else None,
+        timeout=120,
+        interval=0.2,
+        describe=launcher.logs,
+    )
+    codes = [w.wait(timeout=120) for w in second]
+
+    assert codes == [0, 0, 0], launcher.logs()
+    assert resumed["generation"] == 1 and resumed["restoredFromStep"] == saved
+    for worker in second:
+        assert f"resuming from step {saved} " in worker.log()
+        assert "target reached" in worker.log()
+        # Epochs completed before the checkpoint are not trained again.
+        assert epochs_done(worker) == list(range(saved // per_epoch + 1, epochs + 1))
+    report(f"restart resumed from step {saved} (killed at ~{last_step}, every {every})")
+
+
+@pytest.mark.timeout(150)
+def test_stopped_worker_freezes_progress_until_the_collective_aborts(
+    launcher: Launcher, report: Any
+) -> None:
+    args = ("--epochs", "50", "--steps-per-epoch", "20", "--step-sleep", "0.05")
+    workers = launcher.start(3, args=args)
+    wait_for(
+        lambda: (step_of(workers[0]) or 0) >= 10,
+        timeout=120,
+        interval=0.2,
+        describe=launcher.logs,
+    )
+    others = [workers[0], workers[2]]
+
+    workers[1].signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    frozen = wait_for(
+        lambda: frozen_step(others),
+        timeout=COLLECTIVE_TIMEOUT,
+        interval=0.1,
+        describe="the others' steps to stop advancing",
+    )
+    frozen_after = time.monotonic() - stopped_at
+    stopped_answers = workers[1].progress(timeout=2)
+    exits = wait_exits(others, COLLECTIVE_TIMEOUT + ABORT_SLACK + 30, stopped_at)
+
+    report(
+        f"SIGSTOP worker 1 -> others' steps frozen at {frozen} after {frozen_after:.1f}s; "
+        f"others exit: {exits} (index: (code, seconds))"
+    )
+    assert stopped_answers is None, "a stopped worker must not answer /progress"
+    assert {i: code for i, (code, _) in exits.items()} == {0: 4, 2: 4}, launcher.logs()
+    assert max(s for _, s in exits.values()) <= COLLECTIVE_TIMEOUT + ABORT_SLACK
+    for worker in others:
+        assert "collective aborted" in worker.log()
+
+
+def frozen_step(workers: list[Worker], window: float = 1.0) -> int | None:
+    """The step all `workers` report, if it stayed the same for `window` seconds."""
+    before = {step_of(w) for w in workers}
+    time.sleep(window)
+    after = {step_of(w) for w in workers}
+    return (
+        after.pop()
+        if before == after and len(after) == 1 and None not in after
+        else None
+    )

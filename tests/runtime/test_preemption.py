@@ -1,0 +1,61 @@
+"""SIGTERM (suspend, eviction, a group restart) checkpoints the whole group and exits 143."""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.runtime.conftest import Launcher
+from tests.runtime.test_failures import latest_checkpoint_step, step_of, wait_exits
+from tests.support import wait_for
+
+
+@pytest.mark.timeout(180)
+def test_sigterm_on_one_worker_checkpoints_the_group_and_restart_resumes(
+    launcher: Launcher, tmp_path: Path, report: Any
+) -> None:
+    checkpoints = tmp_path / "checkpoints"
+    per_epoch = (
+        100  # checkpoints only at epoch ends, so a mid-epoch one comes from SIGTERM
+    )
+    args = ("--epochs", "2", "--steps-per-epoch", str(per_epoch))
+    first = launcher.start(
+        2, checkpoint_dir=checkpoints, args=(*args, "--step-sleep", "0.05")
+    )
+    wait_for(
+        lambda: (step_of(first[0]) or 0) >= 10,
+        timeout=120,
+        interval=0.2,
+        describe=launcher.logs,
+    )
+
+    first[1].signal(signal.SIGTERM)  # only one worker: the other must stop with it
+    sent_at = time.monotonic()
+    exits = wait_exits(first, 30, sent_at)
+
+    report(f"SIGTERM worker 1 -> exits: {exits} (index: (code, seconds))")
+    assert {i: code for i, (code, _) in exits.items()} == {0: 143, 1: 143}, (
+        launcher.logs()
+    )
+    saved = latest_checkpoint_step(checkpoints)
+    assert 10 <= saved < per_epoch
+    for worker in first:
+        assert f"checkpointed step {saved} and stopped" in worker.log()
+
+    second = launcher.start(2, generation=1, checkpoint_dir=checkpoints, args=args)
+    codes = [w.wait(timeout=120) for w in second]
+
+    assert codes == [0, 0], launcher.logs()
+    for worker in second:
+        log = worker.log()
+        assert f"resuming from step {saved} (epoch 1, batch {saved})" in log
+        assert re.findall(r"epoch (\d)/2 done: step (\d+)", log) == [
+            ("1", str(per_epoch)),
+            ("2", str(2 * per_epoch)),
+        ]
+        assert "target reached" in log

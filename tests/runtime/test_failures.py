@@ -3,12 +3,13 @@ worker freezes the others' progress until the collective aborts.
 
 Measured on a 2-core machine shared with other builds, MWJ_COLLECTIVE_TIMEOUT_SECONDS=15 (the
 heartbeat timeout and the per-collective timeout, see runtime/strategy.py):
-- SIGKILL of worker 1: the survivors exit 4 about 15-18 s later. With a connection reset some
-  see UnavailableError right away; the rest learn it from the coordination service when the
-  dead worker's heartbeats have been missing for the timeout.
-- SIGSTOP of worker 1: the others' /progress step stops advancing within one step (~0.1 s)
-  and the stopped worker's /progress stops answering; the collective aborts (exit 4) about
-  15-18 s after the stop, through the same heartbeat timeout.
+- SIGKILL of worker 1: its ring neighbour (worker 2) gets "Connection reset by peer" and exits
+  4 within 0.3-0.4 s; worker 0 learns it from the coordination service, 9-15 s after the kill
+  (a heartbeat timeout, or sooner when worker 2's error report reaches the service first).
+- SIGSTOP of worker 1 (its TCP stack still accepts, so nothing resets): the others'
+  /progress step stops advancing at once (the first 1 s sampling window already shows it
+  frozen) and the stopped worker's /progress stops answering; the others exit 4 after
+  10-12 s, when the coordination service declares the stopped worker's heartbeats missing.
 The exact numbers of each run are printed as `[runtime] ...` lines.
 """
 

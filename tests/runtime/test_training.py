@@ -16,7 +16,10 @@ def test_three_workers_reach_the_target(launcher: Launcher, tmp_path: Path) -> N
     workers = launcher.start(
         3,
         checkpoint_dir=tmp_path / "checkpoints",
-        args=("--epochs", "4", "--steps-per-epoch", "30", "--step-sleep", "0.02"),
+        args=(
+            *("--epochs", "4", "--steps-per-epoch", "30", "--step-sleep", "0.02"),
+            *("--model-path", str(tmp_path / "model" / "final.keras")),
+        ),
     )
     training = wait_for(
         lambda: next(
@@ -40,3 +43,7 @@ def test_three_workers_reach_the_target(launcher: Launcher, tmp_path: Path) -> N
         log = worker.log()
         assert "epoch 4/4 done: step 120" in log
         assert "target reached" in log
+    assert (
+        tmp_path / "model" / "final.keras"
+    ).stat().st_size > 0  # only the chief writes it
+    assert [p.name for p in (tmp_path / "model").iterdir()] == ["final.keras"]

@@ -5,8 +5,8 @@ A training script::
     from multiworker import runtime
 
     def main(ctx: runtime.WorkerContext) -> None:
-        runtime.wait_for_peers(ctx)             # exit 3 if peers' names never resolve
-        strategy = runtime.make_strategy(ctx)   # MWMS with failure detection; exit 3 on timeout
+        runtime.wait_for_peers(ctx)             # names resolve, worker 0 is up; else exit 3
+        strategy = runtime.make_strategy(ctx)   # MWMS with failure detection; 3 on timeout
         with strategy.scope():
             model = build_and_compile()
         runtime.fit(ctx, model, dataset, epochs=5, steps_per_epoch=100)  # resume, 4 / 143

@@ -52,7 +52,9 @@ class ProgressCallback(keras.callbacks.Callback):
 class CheckpointCallback(keras.callbacks.Callback):
     """Saves every `every_steps` steps, or at each epoch end when `every_steps` is None."""
 
-    def __init__(self, store: CheckpointStore, board: ProgressBoard, every_steps: int | None):
+    def __init__(
+        self, store: CheckpointStore, board: ProgressBoard, every_steps: int | None
+    ) -> None:
         super().__init__()
         self._store = store
         self._board = board

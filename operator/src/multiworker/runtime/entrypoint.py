@@ -49,7 +49,8 @@ def run(
         main(context)
     except RuntimeFailure as e:
         context.progress.set_phase(Phase.FAILED)
-        log.error("%s (exit %d)", e, e.exit_code)
+        clean = e.exit_code == ExitCode.PREEMPTED  # a requested stop, not a failure
+        log.log(logging.WARNING if clean else logging.ERROR, "%s (exit %d)", e, e.exit_code)
         exit_now(e.exit_code)
     except BaseException:
         context.progress.set_phase(Phase.FAILED)

@@ -3,6 +3,11 @@
 Pull over HTTP needs no credentials in the pod, and a stopped or wedged worker simply stops
 answering, which is itself the hang signal (docs/contracts.md). The board is updated by the
 training thread and read by the server thread, hence the lock.
+
+`step` counts optimizer steps since the job's first generation (it survives restarts with the
+checkpoint), `epoch` counts completed epochs, `restoredFromStep` is 0 unless this generation
+resumed from a checkpoint, `stepsPerSecond` covers the last 20 steps, `updatedAt` is the unix
+time of the last step (null before the first).
 """
 
 from __future__ import annotations

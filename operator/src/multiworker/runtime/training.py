@@ -48,14 +48,34 @@ def fit(
     checkpoints and raises Preempted (exit 143). A collective failure raises CollectiveAborted
     (exit 4). `dataset` must yield batches indefinitely (e.g. `.repeat()`).
     """
+    try:
+        _fit(context, model, dataset, epochs, steps_per_epoch, checkpoint_every_steps, callbacks)
+    except PEER_FAILURES as e:
+        log.warning("collective error from TensorFlow:\n%s", e.message)
+        raise CollectiveAborted(describe_abort(type(e).__name__, e.message, context.config)) from e
+
+
+def _fit(
+    context: WorkerContext,
+    model: keras.Model,
+    dataset: tf.data.Dataset,
+    epochs: int,
+    steps_per_epoch: int,
+    checkpoint_every_steps: int | None,
+    callbacks: Sequence[keras.callbacks.Callback],
+) -> None:
     config = context.config
     store = _store(model, config)
     restored = store.restore() if store else 0
     _check_same_restore(model.distribute_strategy, config, restored)
+    segments = plan_segments(restored, steps_per_epoch, epochs)
     if restored:
         epoch, batch = divmod(restored, steps_per_epoch)
-        log.info("resuming from step %d (epoch %d, batch %d)", restored, epoch + 1, batch)
         context.progress.restored(restored, epoch)
+        if segments:
+            log.info("resuming from step %d (epoch %d, batch %d)", restored, epoch + 1, batch)
+        else:
+            log.info("step %d restored: all %d epochs are already trained", restored, epochs)
     all_callbacks = [
         ProgressCallback(context.progress, epochs),
         *([CheckpointCallback(store, context.progress, checkpoint_every_steps)] if store else []),
@@ -65,20 +85,16 @@ def fit(
         *callbacks,
     ]
     context.progress.set_phase(Phase.TRAINING)
-    try:
-        for segment in plan_segments(restored, steps_per_epoch, epochs):
-            model.fit(
-                dataset,
-                initial_epoch=segment.initial_epoch,
-                epochs=segment.epochs,
-                steps_per_epoch=segment.steps_per_epoch,
-                callbacks=all_callbacks,
-                shuffle=False,  # a tf.data pipeline shuffles itself
-                verbose=0,
-            )
-    except PEER_FAILURES as e:
-        log.warning("collective error from TensorFlow:\n%s", e.message)
-        raise CollectiveAborted(describe_abort(type(e).__name__, e.message, config)) from e
+    for segment in segments:
+        model.fit(
+            dataset,
+            initial_epoch=segment.initial_epoch,
+            epochs=segment.epochs,
+            steps_per_epoch=segment.steps_per_epoch,
+            callbacks=all_callbacks,
+            shuffle=False,  # a tf.data pipeline shuffles itself
+            verbose=0,
+        )
 
 
 def _store(model: keras.Model, config: RuntimeConfig) -> CheckpointStore | None:

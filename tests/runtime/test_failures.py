@@ -23,39 +23,18 @@ from typing import Any
 
 import pytest
 
-from tests.runtime.conftest import COLLECTIVE_TIMEOUT, Launcher, Worker
+from tests.runtime.workers import (
+    COLLECTIVE_TIMEOUT,
+    Launcher,
+    Worker,
+    latest_checkpoint_step,
+    step_of,
+    wait_exits,
+)
 from tests.support import wait_for
 
 # Detection takes the timeout plus a heartbeat check interval; exiting is immediate (exits.py).
 ABORT_SLACK = 10.0
-
-
-def latest_checkpoint_step(checkpoint_dir: Path) -> int:
-    """The step of the chief's latest checkpoint, from TF's `checkpoint` state file."""
-    state = (checkpoint_dir / "checkpoint").read_text()
-    match = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', state, re.MULTILINE)
-    assert match, state
-    return int(match.group(1))
-
-
-def step_of(worker: Worker) -> int | None:
-    progress = worker.progress()
-    return progress["step"] if progress and progress["phase"] == "training" else None
-
-
-def wait_exits(
-    workers: list[Worker], timeout: float, since: float
-) -> dict[int, tuple[int, float]]:
-    """Exit code and seconds from `since` to exit, per worker index."""
-    deadline = time.monotonic() + timeout
-    results: dict[int, tuple[int, float]] = {}
-    while len(results) < len(workers) and time.monotonic() < deadline:
-        for worker in workers:
-            code = worker.process.poll()
-            if code is not None and worker.index not in results:
-                results[worker.index] = (code, time.monotonic() - since)
-        time.sleep(0.1)
-    return results
 
 
 def epochs_done(worker: Worker) -> list[int]:

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.runtime.conftest import Launcher
-from tests.runtime.test_failures import latest_checkpoint_step, step_of, wait_exits
+from tests.runtime.workers import Launcher, latest_checkpoint_step, step_of, wait_exits
 from tests.support import wait_for
 
 

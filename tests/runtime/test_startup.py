@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.runtime.conftest import Launcher, free_port
+from tests.runtime.workers import Launcher, free_port
 
 pytestmark = pytest.mark.timeout(90)
 

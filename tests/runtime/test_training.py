@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.conftest import Launcher
+from tests.runtime.workers import Launcher
 from tests.support import wait_for
 
 pytestmark = pytest.mark.timeout(150)

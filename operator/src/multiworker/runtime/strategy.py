@@ -21,6 +21,9 @@ How a dead or stopped peer is detected (TF 2.21, read from collective_all_reduce
   workers, e.g. the first step's tracing or a checkpoint write.
 
 Both take MWJ_COLLECTIVE_TIMEOUT_SECONDS, so a gone peer aborts training within about that time.
+Measured with 3 CPU workers on loopback and 15 s: SIGKILL of worker 1 -> its ring neighbour
+fails at once (connection reset), worker 0 within 9-15 s; SIGSTOP of worker 1 -> 10-13 s. A
+stopped worker 0 (timeout 10 s, by hand) -> DeadlineExceededError after exactly 10 s.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ generate: venv ## regenerate files derived from the source (CRD)
 
 verify: venv binaries ## lint, type-check and fail on generated-file drift
 	$(VENV)/bin/ruff check operator tests
-	$(VENV)/bin/mypy operator/src
+	$(VENV)/bin/mypy --config-file operator/pyproject.toml operator/src
 	$(MW_CACHE)/bin/helm lint --strict charts/multiworker-operator 2>&1 | grep -v 'found symbolic link'
 	$(VENV)/bin/python -m multiworker.crd | diff -u crds/multiworker.dev_multiworkerjobs.yaml - \
 		|| { echo "crds/ is stale: run make generate"; exit 1; }

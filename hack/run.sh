@@ -8,7 +8,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 export MW_CACHE=${MW_CACHE:-$HOME/.cache/multiworker}
 export PATH="$MW_CACHE/bin:$PATH"
-job=${MW_EXAMPLE_JOB:-cpu-example}
+job=linear-cpu   # metadata.name in examples/cpu-job.yaml
 ns=${MW_EXAMPLE_NAMESPACE:-default}
 say() { printf '\n==> %s\n' "$*"; }
 
@@ -55,3 +55,9 @@ say "status"
 kubectl -n "$ns" get mwj "$job"
 kubectl -n "$ns" describe mwj "$job" | sed -n '/^Status:/,$p'
 [ "$phase" = Succeeded ] || exit 1
+if [ -z "${KUBECONFIG##*kind-kubeconfig}" ]; then
+  where="on the kind node, in the claim's volume"
+else
+  where="on this machine: /var/lib/multiworker/example-checkpoints/model/linear.keras"
+fi
+say "trained model: claim 'checkpoints' (examples/checkpoint-pvc.yaml), model/linear.keras ($where)"

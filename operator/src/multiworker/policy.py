@@ -53,7 +53,8 @@ class FailureKind(StrEnum):
 
 def backoff_seconds(policy: RestartPolicy, spent: int) -> int:
     """Delay before restart number `spent + 1`: backoffSeconds doubling, capped."""
-    return min(policy.max_backoff_seconds, policy.backoff_seconds * 2 ** min(spent, _MAX_DOUBLINGS))
+    doubled = policy.backoff_seconds * 2 ** min(spent, _MAX_DOUBLINGS)
+    return min(policy.max_backoff_seconds, int(doubled))
 
 
 def describe(worker: WorkerState) -> str:

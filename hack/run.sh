@@ -29,9 +29,9 @@ hack/images/build.sh base worker operator
 "${load[@]}" base worker operator
 
 say "operator: helm upgrade --install"
-helm upgrade --install multiworker charts/multiworker-operator \
+helm upgrade --install multiworker-operator charts/multiworker-operator \
   --namespace multiworker-system --create-namespace --wait --timeout 5m
-kubectl -n multiworker-system rollout status deployment -l app.kubernetes.io/instance=multiworker
+kubectl -n multiworker-system rollout status deployment -l app.kubernetes.io/instance=multiworker-operator
 
 say "example: $ns/$job (examples/cpu-job.yaml)"
 kubectl -n "$ns" apply -f examples/checkpoint-pvc.yaml

@@ -7,6 +7,8 @@
 # <name>.key): pause.c; the base's script and package list; for worker/operator the Dockerfile,
 # images/common, the package sources, examples/training, the wheel lock and the base image ID.
 # pause and base need only gcc, debootstrap and python3; the others need buildah.
+# Debian updates and new PyPI releases are not inputs: `--force base` runs debootstrap again,
+# MW_REFRESH_LOCKS=1 resolves the wheels again.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -17,16 +19,19 @@ for arg in "$@"; do
     --force) force=1 ;;
     all) targets+=(pause base worker operator) ;;
     pause | base | worker | operator | worker-gpu) targets+=("$arg") ;;
-    -h | --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown image '$arg' (pause, base, worker, operator, worker-gpu, all)" ;;
   esac
 done
 [ ${#targets[@]} -gt 0 ] || targets=(pause base worker operator)
 lock_images
 
+# forced NAME: --force was given and NAME was asked for (not just needed by another image).
+forced() { [ "$force" = 1 ] && [[ " ${targets[*]} " == *" $1 "* ]]; }
+
 # up_to_date NAME KEY: true (and says so) when the archive was built from the same inputs.
 up_to_date() {
-  if [ "$force" = 0 ] && fresh "$1" "$2"; then
+  if ! forced "$1" && fresh "$1" "$2"; then
     log "$1: up to date ($archives/$1.tar, $(human_size "$archives/$1.tar"))"
     return 0
   fi
@@ -61,7 +66,8 @@ build_base() {
   [ "$base_done" = 0 ] || return 0
   base_done=1
   local rootfs key old=
-  rootfs=$("$here/base-rootfs.sh")
+  # --force base runs debootstrap again: the way to pick up new Debian security updates.
+  if forced base; then rootfs=$("$here/base-rootfs.sh" --force); else rootfs=$("$here/base-rootfs.sh"); fi
   key=$(hash_text "$(cat "$archives/base-rootfs.key")" "$(sha256sum "$here/mkarchive.py" | cut -c1-64)" \
     "${base_options[@]}")
   if ! up_to_date base "$key"; then
@@ -102,13 +108,14 @@ build_python() {
   for src in "$@"; do [ -e "$repo/$src" ] || die "$name: $src is missing from the repo"; done
   build_base
   lock=$("$here/wheels.sh" "$flavor")
-  # Wheels come in through a read-only bind mount, so they never land in a layer.
-  local bud=(--isolation chroot --pull=never --file "$dockerfile" --ignorefile "$dockerfile.dockerignore"
-    --build-arg "BASE=$base_id" --build-arg WHEELS=/wheels
-    --build-arg "LOCK=/wheels/locks/$(basename "$lock")" --volume "$wheels:/wheels:ro")
-  # The key: the sources, the exact wheels, the base (its ID is a build arg) and buildah's flags.
-  key=$(hash_text "$(hash_tree "images/$name" images/common "$@")" "$(sha256sum "$lock" | cut -c1-64)" \
-    "${bud[@]#"$repo"/}")
+  # Wheels come in through a read-only bind mount, so they never land in a layer. --layers
+  # keeps each step as a cached layer: a source change rebuilds only the small top layers.
+  local bud=(--isolation chroot --pull=never --layers --file "$dockerfile"
+    --ignorefile "$dockerfile.dockerignore" --build-arg "BASE=$base_id" --build-arg WHEELS=/wheels
+    --build-arg "LOCK=/wheels/locks/$(basename "$lock")"
+    --build-arg "LOCK_SHA256=$(sha256sum "$lock" | cut -c1-64)" --volume "$wheels:/wheels:ro")
+  # The key: the sources and buildah's arguments (with the base's ID and the lock's hash).
+  key=$(hash_text "$(hash_tree "images/$name" images/common "$@")" "${bud[@]#"$repo"/}")
   up_to_date "$name" "$key" && return 0
 
   local t0=$SECONDS old new

@@ -4,7 +4,8 @@
 #                                                            worker-gpu, or a docker-archive path
 # Default: the local cluster's containerd (/run/multiworker/containerd/containerd.sock,
 # namespace k8s.io). --kind: `kind load image-archive` into every node of a kind cluster.
-# An image whose ID (config digest) is already there under the same name is skipped.
+# An image whose ID (config digest) is already there under the same name is skipped; for the
+# local cluster only the layers containerd lacks are sent (oci_delta.py).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -63,13 +64,23 @@ containerd_id() {
 }
 
 load_local() {
-  local tar=$1 want=$2 name=$3 t0=$SECONDS
+  local tar=$1 want=$2 name=$3 t0=$SECONDS skipped
   [ -S "$address" ] || die "no containerd at $address (is the local cluster up? make cluster-up)"
   if [ "$(containerd_id "$name")" = "$want" ]; then
     log "$name: already in containerd (${want:7:12})"; return 0
   fi
-  log "$name: importing $(human_size "$tar") into containerd ($address)"
-  ctr --address "$address" -n "$namespace" images import "$tar" >/dev/null
+  # Send only the layers containerd lacks (a rebuilt worker shares its big layers with the last).
+  local tmp; tmp=$(mktemp -d)
+  ctr --address "$address" -n "$namespace" content ls -q > "$tmp/have"
+  skipped=$(python3 "$here/oci_delta.py" "$tar" "$tmp/have" "$tmp/delta.tar")
+  log "$name: importing $(human_size "$tmp/delta.tar") into containerd ($address;" \
+    "$((skipped / 1048576)) MiB of layers already there)"
+  if ! ctr --address "$address" -n "$namespace" images import "$tmp/delta.tar" >"$tmp/log" 2>&1 \
+      || [ "$(containerd_id "$name")" != "$want" ]; then
+    log "$name: partial import failed ($(tail -1 "$tmp/log")); importing all of $tar"
+    ctr --address "$address" -n "$namespace" images import "$tar" >/dev/null
+  fi
+  rm -rf "$tmp"
   [ "$(containerd_id "$name")" = "$want" ] || die "$name: import did not give image ${want:7:12}"
   log "$name: imported in $((SECONDS - t0))s"
 }

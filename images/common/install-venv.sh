@@ -1,42 +1,66 @@
 #!/bin/sh
-# Creates the virtualenv /opt/venv of one image inside its (throwaway) build stage:
-#   install-venv.sh FLAVOR SRC      FLAVOR: operator | worker | worker-gpu; SRC holds
-#                                   operator/ (pyproject + src) and images/common/
-# Then installs the multiworker package itself without dependencies, and removes pip.
+# Installs Python code into the virtualenv /opt/venv of an image, in two steps so that the big,
+# rarely changing part is a layer of its own (rebuilt only when the requirements change):
+#   install-venv.sh deps FLAVOR SRC     create /opt/venv with FLAVOR's requirements
+#   install-venv.sh package FLAVOR SRC  add the multiworker package without its dependencies
+#                                       (the worker needs only multiworker.runtime)
+# FLAVOR: operator | worker | worker-gpu. SRC holds images/common/ and operator/ (pyproject.toml,
+# and src/ for the package step).
 #
-# Build arguments (environment) chosen by hack/images/build.sh for offline builds:
-#   WHEELS  a directory of wheels: install from it only, never from an index
-#   LOCK    a requirements file with exact versions and hashes (pip --require-hashes)
-# With neither (e.g. `docker build` on a laptop), the requirements are read from pyproject.toml
-# and resolved against the configured package index.
+# Build arguments (environment), set by hack/images/build.sh for offline builds:
+#   WHEELS       a directory of wheels: install from it only, never from an index
+#   LOCK         a requirements file with exact versions and hashes (pip --require-hashes)
+#   LOCK_SHA256  the lock's sha256 (checked; it also changes the build cache key with the lock)
+# With none of them (e.g. `docker build` on a laptop), the requirements are read from
+# pyproject.toml and resolved against the configured package index.
 set -eu
-flavor=$1
-src=$2
 venv=/opt/venv
+# pip runs from the wheel python3 bundles for ensurepip, so neither pip nor an old setuptools
+# lands in /opt/venv; without such a wheel, the venv gets its own pip.
+# shellcheck disable=SC2012  # plain file names; the last sorts as the newest
+pip_wheel=$(ls /usr/share/python-wheels/pip-*.whl \
+  /usr/local/lib/python3*/ensurepip/_bundled/pip-*.whl 2>/dev/null | tail -1 || true)
+pip() {
+  set -- --no-cache-dir --disable-pip-version-check --no-input "$@"
+  if [ -n "$pip_wheel" ]; then
+    "$venv/bin/python" "$pip_wheel/pip" "$@"
+  else
+    "$venv/bin/python" -m pip "$@"
+  fi
+}
+index_options() {
+  if [ -n "${WHEELS:-}" ]; then echo "--no-index --find-links $WHEELS"; fi
+}
 
-python3 -m venv "$venv"
-pip() { "$venv/bin/python" -m pip --no-cache-dir --disable-pip-version-check --no-input "$@"; }
-if [ -n "${WHEELS:-}" ]; then
-  set -- --no-index --find-links "$WHEELS"
-else
-  set --
-fi
+deps() {
+  flavor=$1 src=$2
+  if [ -n "$pip_wheel" ]; then python3 -m venv --without-pip "$venv"; else python3 -m venv "$venv"; fi
+  # shellcheck disable=SC2046  # index_options is words on purpose
+  if [ -n "${LOCK:-}" ]; then
+    if [ -n "${LOCK_SHA256:-}" ]; then echo "$LOCK_SHA256  $LOCK" | sha256sum -c --quiet; fi
+    pip install $(index_options) --require-hashes --no-deps -r "$LOCK"
+  else
+    python3 "$src/images/common/requirements.py" "$flavor" "$src/operator/pyproject.toml" \
+      > /tmp/requirements.txt
+    pip install $(index_options) -r /tmp/requirements.txt
+    rm /tmp/requirements.txt
+  fi
+  # Headers are for compiling TensorFlow custom ops, not for running it.
+  rm -rf "$venv"/lib/python3*/site-packages/tensorflow/include
+}
 
-wanted=/tmp/requirements.txt
-if [ -n "${LOCK:-}" ]; then
-  cp "$LOCK" "$wanted"
-  pip install "$@" --require-hashes --no-deps -r "$wanted"
-else
-  python3 "$src/images/common/requirements.py" "$flavor" "$src/operator/pyproject.toml" > "$wanted"
-  pip install "$@" -r "$wanted"
-fi
-# The package's own dependencies are the operator's: the worker needs only multiworker.runtime.
-pip install "$@" --no-deps "$src/operator"
-[ "$flavor" != operator ] || pip check
+package() {
+  flavor=$1 src=$2
+  # shellcheck disable=SC2046
+  pip install $(index_options) --no-deps "$src/operator"
+  # The operator needs all its dependencies; the worker lacks them on purpose.
+  if [ "$flavor" = operator ]; then pip check; fi
+}
 
-# pip (and setuptools, unless something needs it) only served the build.
-grep -qi '^setuptools\b' "$wanted" || pip uninstall -q -y setuptools 2>/dev/null || true
-pip uninstall -q -y pip
-# Headers are for compiling TensorFlow custom ops, not for running it.
-rm -rf "$venv"/lib/python3*/site-packages/tensorflow/include
-rm -f "$wanted"
+step=${1:?usage: install-venv.sh deps|package FLAVOR SRC}
+shift
+case $step in
+  deps) deps "$@" ;;
+  package) package "$@" ;;
+  *) echo "install-venv.sh: unknown step $step" >&2; exit 2 ;;
+esac

@@ -1,18 +1,17 @@
 #!/bin/sh
 # Installs Python code into the virtualenv /opt/venv of an image, in two steps so that the big,
 # rarely changing part is a layer of its own (rebuilt only when the requirements change):
-#   install-venv.sh deps FLAVOR SRC     create /opt/venv with FLAVOR's requirements
-#   install-venv.sh package FLAVOR SRC  add the multiworker package without its dependencies
-#                                       (the worker needs only multiworker.runtime)
-# FLAVOR: operator | worker | worker-gpu. SRC holds images/common/ and operator/ (pyproject.toml,
-# and src/ for the package step).
+#   install-venv.sh deps REQUIREMENTS      create /opt/venv with the image's requirements
+#                                          (requirements.py's output; ignored when LOCK is set)
+#   install-venv.sh package FLAVOR DIR     add the multiworker package from DIR (the operator/
+#                                          directory) without its dependencies: the worker needs
+#                                          only multiworker.runtime. FLAVOR: operator | worker*
 #
 # Build arguments (environment), set by hack/images/build.sh for offline builds:
 #   WHEELS       a directory of wheels: install from it only, never from an index
 #   LOCK         a requirements file with exact versions and hashes (pip --require-hashes)
 #   LOCK_SHA256  the lock's sha256 (checked; it also changes the build cache key with the lock)
-# With none of them (e.g. `docker build` on a laptop), the requirements are read from
-# pyproject.toml and resolved against the configured package index.
+# Without them (e.g. `docker build` on a laptop), REQUIREMENTS is resolved against the index.
 set -eu
 venv=/opt/venv
 # pip runs from the wheel python3 bundles for ensurepip, so neither pip nor an old setuptools
@@ -33,31 +32,28 @@ index_options() {
 }
 
 deps() {
-  flavor=$1 src=$2
+  requirements=$1
   if [ -n "$pip_wheel" ]; then python3 -m venv --without-pip "$venv"; else python3 -m venv "$venv"; fi
   # shellcheck disable=SC2046  # index_options is words on purpose
   if [ -n "${LOCK:-}" ]; then
     if [ -n "${LOCK_SHA256:-}" ]; then echo "$LOCK_SHA256  $LOCK" | sha256sum -c --quiet; fi
     pip install $(index_options) --require-hashes --no-deps -r "$LOCK"
   else
-    python3 "$src/images/common/requirements.py" "$flavor" "$src/operator/pyproject.toml" \
-      > /tmp/requirements.txt
-    pip install $(index_options) -r /tmp/requirements.txt
-    rm /tmp/requirements.txt
+    pip install $(index_options) -r "$requirements"
   fi
   # Headers are for compiling TensorFlow custom ops, not for running it.
   rm -rf "$venv"/lib/python3*/site-packages/tensorflow/include
 }
 
 package() {
-  flavor=$1 src=$2
+  flavor=$1 dir=$2
   # shellcheck disable=SC2046
-  pip install $(index_options) --no-deps "$src/operator"
+  pip install $(index_options) --no-deps "$dir"
   # The operator needs all its dependencies; the worker lacks them on purpose.
   if [ "$flavor" = operator ]; then pip check; fi
 }
 
-step=${1:?usage: install-venv.sh deps|package FLAVOR SRC}
+step=${1:?usage: install-venv.sh deps REQUIREMENTS | package FLAVOR DIR}
 shift
 case $step in
   deps) deps "$@" ;;

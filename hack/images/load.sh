@@ -90,7 +90,9 @@ load_kind() {
   local engine=${KIND_EXPERIMENTAL_PROVIDER:-docker}
   command -v kind >/dev/null 2>&1 || PATH=$cache/bin:$PATH
   command -v kind >/dev/null 2>&1 || die "kind is not installed (nor in $cache/bin)"
-  for node in $(kind get nodes --name "$kind_cluster"); do
+  local nodes; nodes=$(kind get nodes --name "$kind_cluster" 2>/dev/null)
+  [ -n "$nodes" ] || die "no kind cluster named $kind_cluster"
+  for node in $nodes; do
     have=$("$engine" exec "$node" crictl inspecti -o go-template --template '{{.status.id}}' "$name" 2>/dev/null || true)
     [ "$have" = "$want" ] || missing=1
   done

@@ -30,7 +30,16 @@ cluster-down: ## stop the local cluster (caches stay)
 	hack/cluster/down.sh
 
 images: ## build the images offline (cached by content)
-	hack/images/build.sh base worker operator
+	hack/images/build.sh all
+
+images-load: images ## import the images into the local cluster's containerd
+	hack/images/load.sh pause base worker operator
+
+images-smoke: images ## run each image in a private containerd and check it
+	hack/images/smoke.sh
+
+image-worker-gpu: ## the GPU worker image (several GB; never built in CI)
+	hack/images/build.sh worker-gpu
 
 generate: venv ## regenerate files derived from the source (CRD)
 	$(VENV)/bin/python -m multiworker.crd > crds/multiworker.dev_multiworkerjobs.yaml
@@ -58,4 +67,4 @@ test: venv binaries ## everything CI runs: verify, then all test tiers on the lo
 clean: cluster-down ## stop the cluster and remove local state (caches stay)
 	rm -rf .cluster test-logs
 
-.PHONY: help binaries venv cluster-up cluster-down images generate verify test-unit test-integration test-e2e test clean
+.PHONY: help binaries venv cluster-up cluster-down images images-load images-smoke image-worker-gpu generate verify test-unit test-integration test-e2e test clean

@@ -10,7 +10,7 @@ export MW_CACHE ?= $(HOME)/.cache/multiworker
 PYTEST := $(VENV)/bin/python -m pytest
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: operator/pyproject.toml
 	$(PY) -m venv $(VENV)

@@ -37,7 +37,9 @@ def tf_job(name: str, workers: int = 2, env: dict[str, Any] | None = None,
                  **(env or {})}
     container = {
         "name": "tensorflow", "image": WORKER_IMAGE, "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", TRAIN],
+        # args, not command: the image's entrypoint (tini) stays PID 1, so train.py can be
+        # signalled (the kernel ignores SIGKILL and SIGSTOP sent to a namespace's PID 1).
+        "args": ["python3", TRAIN],
         "env": [{"name": k, "value": v} for k, v in train_env.items()],
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
     }

@@ -118,7 +118,7 @@ class FakeCluster:
         for i in indexes or range(len(self.pods)):
             pod = self.pods[names.worker_name(self.job_name, i)]
             pod["status"] = {
-                "phase": "Running", "hostIP": "10.0.0.1",
+                "phase": "Running", "hostIP": "10.0.0.1", "podIP": f"10.88.0.{10 + i}",
                 "conditions": [{"type": "PodScheduled", "status": "True"},
                                {"type": "Ready", "status": "True"}],
                 "containerStatuses": [{"name": "tensorflow", "state": {"running": {}}}],

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from multiworker.cli import parse_args
+from multiworker.cli import parse_args, peering_of
 
 
 def test_namespaces_repeat() -> None:
@@ -26,3 +26,21 @@ def test_all_namespaces_with_ports_and_json_logs() -> None:
 def test_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(argv)
+
+
+def test_peering_draws_a_distinct_priority_per_process_unless_given() -> None:
+    args = parse_args(["-n", "a", "-n", "team-*", "--peering", "mwo"])
+    first, second = peering_of(args, {"POD_ID": "op-1"}), peering_of(args, {"POD_ID": "op-2"})
+    assert first is not None and second is not None
+    assert first.priority != second.priority and first.priority > 0
+    assert (first.identity, first.name, first.namespaces, first.clusterwide) == (
+        "op-1", "mwo", ("a",), False)
+    fixed = peering_of(parse_args(["-A", "--peering", "mwo", "--priority", "7"]), {})
+    assert fixed is not None and fixed.priority == 7 and fixed.locations == (None,)
+    assert fixed.identity  # generated when $POD_ID is unset
+    assert peering_of(parse_args(["-A", "--standalone"]), {}) is None
+
+
+def test_priority_needs_peering() -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["-A", "--priority", "5"])

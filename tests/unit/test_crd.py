@@ -72,4 +72,5 @@ def test_printer_columns_and_status_subresource() -> None:
     assert columns["Phase"] == ".status.phase"
     assert columns["Ready"] == ".status.ready"
     assert columns["Restarts"] == ".status.restarts"
+    assert columns["Step"] == ".status.progress.step"
     assert columns["Age"] == ".metadata.creationTimestamp"

@@ -46,6 +46,10 @@ class Reason(StrEnum):
     GROUP_CREATED = "GroupCreated"
     OBJECT_CONFLICT = "ObjectConflict"
     JOB_FINISHED = "JobFinished"
+    PROGRESS_STALLED = "ProgressStalled"
+    STRAGGLER = "Straggler"
+    STRAGGLER_RECOVERED = "StragglerRecovered"
+    TRAINING_RESUMED = "TrainingResumed"
 
 
 # Setting the key condition to True switches these off (when present and True).

@@ -46,6 +46,7 @@ _PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Disruptions", "type": "integer", "jsonPath": ".status.disruptions", "priority": 1},
     {"name": "Group", "type": "integer", "jsonPath": ".status.groupGeneration", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -6,10 +6,11 @@ operator is down. A job needs no cleanup beyond owner-reference garbage collecti
 is a plain asyncio task: started by the job's watch events (kopf replays every existing job at
 start-up) and cancelled by its DELETED event. No finalizer, no kopf annotations on the job.
 
-With kopf peering (HA replicas), kopf pauses only its own watch streams: a paused replica's
-loops keep resyncing. That is safe, not just tolerated: every pass writes its status only if
-the job is unchanged since it read it, and never deletes pods of a newer generation (see
-reconcile.py), so two replicas cannot fight over a job.
+With kopf peering (HA replicas), kopf pauses only its own watch streams, so the loops follow
+the peering object themselves (peering.py) and idle while another replica leads. The few
+seconds until they notice are safe: every pass writes its status only if the job is unchanged
+since it read it, and never deletes pods of a newer generation (see reconcile.py), so two
+replicas cannot fight over a job.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ from typing import Any
 import kopf
 
 from multiworker import metrics, names
-from multiworker.k8s import ClusterIO
+from multiworker.k8s import Cluster, ClusterIO
 from multiworker.logs import job_logger
+from multiworker.peering import Peering, must_pause
 from multiworker.reconcile import reconcile
 from multiworker.transitions import Outcome
+from multiworker.watch import ProgressWatch
 
 Key = tuple[str, str]  # (namespace, name)
 
+PEERING_POLL_SECONDS = 2.0  # how soon loops idle when another replica takes the lead
 RESYNC_SECONDS = 10.0  # look again at least this often, even without events
 ERROR_BACKOFF_SECONDS = 1.0  # after a failed pass: 1, 2, 4, ... seconds
 MAX_ERROR_BACKOFF_SECONDS = 60.0
@@ -61,14 +65,35 @@ def operator_settings() -> kopf.OperatorSettings:
 
 @dataclass
 class JobLoops:
-    """The per-job reconcile loops and their wake-up events."""
+    """The per-job reconcile loops, their wake-up events and progress watches.
+
+    Between passes a loop polls its workers' progress (watch.py) and runs the next pass early
+    when the watch has news. While `paused` (another operator replica has the lead), loops
+    neither reconcile nor poll.
+    """
 
     cluster: ClusterIO
     clock: Callable[[], datetime] = utc_now
     resync_seconds: float = RESYNC_SECONDS
     error_backoff_seconds: float = ERROR_BACKOFF_SECONDS
+    new_watch: Callable[[], ProgressWatch] = ProgressWatch
     tasks: dict[Key, asyncio.Task[None]] = field(default_factory=dict)
     wakeups: dict[Key, asyncio.Event] = field(default_factory=dict)
+    active: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.active.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self.active.is_set()
+
+    def pause(self, paused: bool) -> None:
+        """Idle every loop (another replica leads) or let them run again."""
+        if paused:
+            self.active.clear()
+        else:
+            self.active.set()
 
     def ensure(self, key: Key) -> None:
         """Start the job's loop if it is not running, and wake it."""
@@ -97,16 +122,17 @@ class JobLoops:
             await self.stop(key)
 
     async def _loop(self, key: Key) -> None:
-        namespace, name = key
-        wake = self.wakeups[key]
+        wake, watch = self.wakeups[key], self.new_watch()
         failures = 0
         while True:
+            await self.active.wait()
             wake.clear()
             try:
                 outcome = await asyncio.to_thread(
-                    reconcile, self.cluster, namespace, name, self.clock()
+                    reconcile, self.cluster, key[0], key[1], self.clock(), watch.health
                 )
                 failures = 0
+                watch.after_pass(outcome.targets, self.clock())
             except Exception as e:  # every error: log, report, retry with backoff
                 failures += 1
                 delay = min(MAX_ERROR_BACKOFF_SECONDS,
@@ -118,11 +144,23 @@ class JobLoops:
             timeout = self.resync_seconds
             if outcome.requeue is not None:
                 timeout = outcome.requeue if failures else min(outcome.requeue, timeout)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout)
+            await self._between_passes(wake, watch, timeout)
         if self.tasks.get(key) is asyncio.current_task():
             self.tasks.pop(key, None)
             self.wakeups.pop(key, None)
+
+    async def _between_passes(
+        self, wake: asyncio.Event, watch: ProgressWatch, timeout: float
+    ) -> None:
+        """Until woken or `timeout`: poll the workers' progress, and end early on news."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (left := deadline - loop.time()) > 0:
+            polling = watch.targets is not None and not self.paused
+            if await _woken(wake, min(left, watch.poll_seconds) if polling else left):
+                return
+            if polling and loop.time() < deadline and await watch.poll(self.clock):
+                return
 
     def _report_error(self, key: Key, error: Exception, failures: int, delay: float) -> None:
         metrics.RECONCILE_ERRORS.inc()
@@ -148,6 +186,13 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_via_client(**kwargs)
 
 
+async def _woken(event: asyncio.Event, timeout: float) -> bool:
+    """Wait for `event` up to `timeout` seconds; whether it was set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout)
+    return event.is_set()
+
+
 @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, registry=registry)
 async def job_event(
     type: str, name: str, namespace: str | None, memo: Any, **_: Any
@@ -168,7 +213,52 @@ async def pod_event(
     loops.wake((namespace or "", labels[names.LABEL_JOB_NAME]))
 
 
+@kopf.on.startup(registry=registry)
+async def follow_peering(memo: Any, **_: Any) -> None:
+    """With peering, decide once before any job event arrives, then keep following."""
+    if getattr(memo, "peering", None) is None:
+        return
+    follower = PeeringFollower(memo.cluster, memo.peering, memo.loops)
+    await follower.look()
+    memo.peering_task = asyncio.create_task(follower.run(), name="mwj/peering")
+
+
 @kopf.on.cleanup(registry=registry)
 async def stop_loops(memo: Any, **_: Any) -> None:
+    task: asyncio.Task[None] | None = getattr(memo, "peering_task", None)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     loops: JobLoops = memo.loops
     await loops.stop_all()
+
+
+@dataclass
+class PeeringFollower:
+    """Pauses the loops while kopf, by its own rule, has paused this replica."""
+
+    cluster: Cluster
+    peering: Peering
+    loops: JobLoops
+    clock: Callable[[], datetime] = utc_now
+    interval: float = PEERING_POLL_SECONDS
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.look()
+
+    async def look(self) -> None:
+        peering = self.peering
+        try:
+            found = await asyncio.to_thread(
+                lambda: [self.cluster.get_peering(ns, peering.name) for ns in peering.locations])
+        except Exception as e:  # keep the last verdict; kopf keeps its own
+            log.warning("could not read peering %s: %s", peering.name, e)
+            return
+        now_paused = must_pause(found, peering.identity, peering.priority, self.clock())
+        if now_paused != self.loops.paused:
+            log.info("%s job loops: %s", "pausing" if now_paused else "resuming",
+                     "another replica has the lead" if now_paused else "this replica leads")
+        self.loops.pause(now_paused)

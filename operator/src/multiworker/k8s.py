@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 Manifest = dict[str, Any]
 COMPONENT = "multiworker-operator"
 EVENT_MESSAGE_LIMIT = 1024
+PEERING_GROUP = "kopf.dev"
 
 
 class Created(StrEnum):
@@ -142,6 +143,14 @@ class Cluster:
         if grace is not None:
             options["gracePeriodSeconds"] = grace
         self._delete(_core_path(namespace, "pods", name), options)
+
+    # --- kopf peering (HA replicas) ---
+
+    def get_peering(self, namespace: str | None, name: str) -> Manifest | None:
+        """The KopfPeering in `namespace`, or the ClusterKopfPeering when None."""
+        if namespace is None:
+            return self._get(f"/apis/{PEERING_GROUP}/v1/clusterkopfpeerings/{name}")
+        return self._get(f"/apis/{PEERING_GROUP}/v1/namespaces/{namespace}/kopfpeerings/{name}")
 
     # --- events ---
 

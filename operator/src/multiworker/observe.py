@@ -63,6 +63,7 @@ class WorkerState:
     since: datetime | None = None  # failed/disrupted: when; pending/starting: pod creation
     uid: str = ""
     terminating: bool = False  # deletion requested
+    ip: str = ""  # the pod's IP, where it serves GET /progress
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,8 @@ def classify(pod: Pod, index: int, container: str) -> WorkerState:
     """The state of one worker pod, judged by its training container and its pod status."""
     meta = pod.get("metadata", {})
     state = _classify(pod, index, container)
-    return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta)
+    return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta,
+                   ip=pod.get("status", {}).get("podIP") or "")
 
 
 def _classify(pod: Pod, index: int, container: str) -> WorkerState:

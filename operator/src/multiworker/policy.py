@@ -60,6 +60,8 @@ def backoff_seconds(policy: RestartPolicy, spent: int) -> int:
 def describe(worker: WorkerState) -> str:
     """`worker-2 exited 137 (OOMKilled)`, `worker-1 was evicted (...)`: culprit and cause."""
     who = f"worker-{worker.index}"
+    if worker.reason == Reason.PROGRESS_STALLED:
+        return worker.message  # says it all: which worker stopped first, where, since when
     detail = worker.message.strip().splitlines()[-1].rstrip(".") if worker.message.strip() else ""
     if worker.phase is WorkerPhase.DISRUPTED:
         what = {"Deleted": "was deleted", "Evicted": "was evicted", "Preempted": "was preempted",
@@ -133,7 +135,16 @@ def _on_disruption(spec: MultiWorkerJobSpec, status: JobStatus, worker: WorkerSt
     )
 
 
-def _counted_restart(spec: MultiWorkerJobSpec, status: JobStatus, worker: WorkerState) -> Action:
+def stall_action(spec: MultiWorkerJobSpec, status: JobStatus, worker: WorkerState) -> Action:
+    """A hung collective (health.find_stall) is a failure: restart the group, spending one
+    restart; `worker` stopped first, its message says where and since when."""
+    return _counted_restart(spec, status, worker, Reason.PROGRESS_STALLED)
+
+
+def _counted_restart(
+    spec: MultiWorkerJobSpec, status: JobStatus, worker: WorkerState,
+    reason: str = Reason.WORKER_FAILED,
+) -> Action:
     policy = spec.restart_policy
     if status.restarts >= policy.max_restarts:
         return Action(
@@ -144,7 +155,7 @@ def _counted_restart(spec: MultiWorkerJobSpec, status: JobStatus, worker: Worker
     delay = backoff_seconds(policy, status.restarts)
     when = f"in {delay}s" if delay else "now"
     return Action(
-        ActionKind.RESTART_GROUP, Reason.WORKER_FAILED,
+        ActionKind.RESTART_GROUP, reason,
         f"restarting group: {describe(worker)}; restart {status.restarts + 1} of "
         f"{policy.max_restarts} {when}", worker, delay,
     )

@@ -1,7 +1,8 @@
 """One reconcile pass over one job: a flat list of named steps.
 
-observe → stop if finished → delete stale generations → suspend/resume → success policy →
-failure policy → create the group (after backoff) → compute status. The status is patched
+observe → stop if finished → delete stale generations → suspend/resume → record progress →
+success policy → failure policy → hang policy → create the group (after backoff) → compute
+status. The status is patched
 once, at the end, and Events are emitted only after that write succeeded. Everything the
 pass knows comes from the cluster (the job's status and its pods' labels), so the operator
 can be killed at any instant and converges when restarted.
@@ -19,6 +20,8 @@ from enum import Enum
 from multiworker import names
 from multiworker.api import CleanPodPolicy
 from multiworker.conditions import Reason, Type, find
+from multiworker.health import GroupHealth
+from multiworker.health_steps import hang_policy, probe_targets, record_progress
 from multiworker.job import InvalidJobSpec, Job
 from multiworker.k8s import ClusterIO, Conflict, Created, Manifest, RejectedObject
 from multiworker.logs import job_logger
@@ -33,6 +36,7 @@ from multiworker.transitions import (
     Outcome,
     Pass,
     finish,
+    forget_group,
     group_running,
     reject_spec,
     restart_group,
@@ -49,7 +53,11 @@ CONFLICT_RETRY_SECONDS = 30.0
 _WARN_REASONS = frozenset({Reason.OBJECT_CONFLICT, Reason.UNSCHEDULABLE})
 
 
-def reconcile(cluster: ClusterIO, namespace: str, name: str, now: datetime) -> Outcome:
+def reconcile(
+    cluster: ClusterIO, namespace: str, name: str, now: datetime,
+    health: GroupHealth | None = None,
+) -> Outcome:
+    """One pass; `health` is the workers' progress as last polled (watch.py), if any."""
     body = cluster.get_job(namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return Outcome(gone=True)
@@ -64,7 +72,7 @@ def reconcile(cluster: ClusterIO, namespace: str, name: str, now: datetime) -> O
         generation=status.group_generation, container=job.spec.template.trainer_container(),
     )
     log = job_logger(namespace, name, status.group_generation)
-    p = Pass(cluster, body, job, group, now, status.model_copy(deep=True), log)
+    p = Pass(cluster, body, job, group, now, status.model_copy(deep=True), log, health)
     for step in STEPS:
         if step(p) is Flow.DONE:
             break
@@ -73,7 +81,7 @@ def reconcile(cluster: ClusterIO, namespace: str, name: str, now: datetime) -> O
     except Conflict:
         log.debug("the job changed during this pass: reading it again")
         return Outcome(requeue=0)
-    return Outcome(requeue=p.requeue)
+    return Outcome(requeue=p.requeue, targets=probe_targets(p))
 
 
 # --- the steps, in order ---
@@ -125,6 +133,7 @@ def suspend_or_resume(p: Pass) -> Flow:
         if not suspended:
             if p.group.has_pods or s.group_start_time is not None:
                 s.group_generation += 1  # the running group is now stale: deleted next pass
+                forget_group(s)
             s.group_start_time = s.restart_after = s.recovering_since = None
             s.phase = Phase.SUSPENDED
             message = (f"suspended: workers deleted; resuming starts generation "
@@ -226,8 +235,10 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
     stop_if_finished,
     delete_stale_pods,
     suspend_or_resume,
+    record_progress,
     success_policy,
     failure_policy,
+    hang_policy,
     ensure_workers,
     compute_status,
 )

@@ -60,10 +60,23 @@ class FailureRecord(Model):
 
 
 class ProgressStatus(Model):
-    """Training progress reported by the workers."""
+    """Training progress reported by the workers (GET /progress, polled by the operator)."""
 
     step: int | None = None
-    """Latest training step of the chief."""
+    """Latest training step of the chief (counted from the job's first generation)."""
+    epoch: int | None = None
+    """Epochs the chief has completed."""
+    steps_per_second: float | None = None
+    """The chief's training speed over its last steps."""
+    loss: float | None = None
+    """The chief's latest training loss."""
+    last_checkpoint_step: int | None = None
+    """Step of the last checkpoint saved."""
+    resumed_from_step: int | None = None
+    """Step the current generation restored from its checkpoint; 0 when it started afresh,
+    unset until its chief reports."""
+    updated_at: Time | None = None
+    """When the chief finished its latest step."""
 
 
 class JobStatus(BaseModel):
@@ -109,6 +122,11 @@ class JobStatus(BaseModel):
     completion_time: Time | None = None
     """When the job succeeded or failed."""
     progress: ProgressStatus | None = None
+    stragglers: list[int] = Field(
+        default_factory=list, json_schema_extra={"x-kubernetes-list-type": "set"}
+    )
+    """Indexes of workers whose steps per second stay below spec.health.stragglerThreshold
+    times the group's median."""
 
 
 def parse_status(raw: Mapping[str, Any] | None) -> JobStatus:

@@ -14,6 +14,7 @@ from typing import Any
 
 from multiworker import metrics
 from multiworker.conditions import Reason, Status, Type, set_condition
+from multiworker.health import GroupHealth, Targets
 from multiworker.job import Job
 from multiworker.k8s import ClusterIO, Manifest
 from multiworker.logs import JobLogger, job_logger
@@ -33,6 +34,7 @@ class Flow(Enum):
 class Outcome:
     requeue: float | None = None  # run again within this many seconds
     gone: bool = False  # the job is gone or being deleted: stop looking after it
+    targets: Targets | None = None  # workers to poll for progress until the next pass
 
 
 @dataclass
@@ -44,6 +46,7 @@ class Pass:
     now: datetime
     status: JobStatus
     log: JobLogger
+    health: GroupHealth | None = None  # the workers' progress, as last polled
     events: list[tuple[str, str, str]] = field(default_factory=list)
     after_write: list[Callable[[], None]] = field(default_factory=list)
     requeue: float | None = None
@@ -79,6 +82,7 @@ def restart_group(p: Pass, action: Action) -> None:
         s.restart_after = None
     s.recovering_since = s.recovering_since or p.now
     s.phase = Phase.RESTARTING
+    forget_group(s)
     p.condition(Type.RESTARTING, "True", action.reason, action.message)
     p.emit(WARNING, action.reason, action.message)
     p.log.warning("%s", action.message)
@@ -94,6 +98,7 @@ def finish(p: Pass, phase: Phase, action: Action) -> None:
     s = p.status
     s.phase, s.completion_time = phase, p.now
     s.restart_after = s.recovering_since = None
+    s.stragglers = []
     if phase is Phase.FAILED:
         if action.culprit is not None:
             s.last_failure = failure_record(p, action)
@@ -105,6 +110,13 @@ def finish(p: Pass, phase: Phase, action: Action) -> None:
         p.emit(NORMAL, action.reason, f"job succeeded: {action.message}")
         p.log.info("job succeeded: %s", action.message)
     p.wake_in(0)  # the next pass cleans the pods up
+
+
+def forget_group(s: JobStatus) -> None:
+    """What described the old group: the next one has not restored anything yet."""
+    s.stragglers = []
+    if s.progress is not None:
+        s.progress = s.progress.model_copy(update={"resumed_from_step": None})
 
 
 def failure_record(p: Pass, action: Action) -> FailureRecord:

@@ -314,9 +314,6 @@ def test_ha_replicas_peer(release: Release, tmp_path: Path) -> None:
              describe=lambda: f"both pods {pods} in the peering object, got {release.peers()}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "every replica runs with kopf priority 0, and kopf pauses all same-priority peers: the "
-    "operator needs distinct priorities per replica (e.g. random when --peering is given)"))
 @pytest.mark.usefixtures("images")
 def test_ha_one_replica_handles_jobs(release: Release, jobs: Jobs, tmp_path: Path) -> None:
     release.install({"replicaCount": 2, "watchNamespaces": [release.namespace]}, tmp_path)

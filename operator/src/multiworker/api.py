@@ -100,7 +100,10 @@ class HealthSpec(Model):
     """Detection of workers that cannot start, hang or straggle."""
 
     progress_timeout_seconds: int | None = Field(default=None, ge=1)
-    """Restart the group when no worker reports a new step for this long (hang detection).
+    """Restart the group (spending a restart) when no worker advances for this long: hang
+    detection. Measured once every worker runs; a worker advances when GET /progress reports a
+    new step or a new phase (starting, waiting-for-peers, training), and one that does not
+    answer does not advance (workers must serve /progress, as multiworker.runtime does).
     Unset or null turns it off."""
     progress_port: int = Field(default=8471, ge=1, le=65535)
     """Port where workers serve GET /progress (MWJ_PROGRESS_PORT)."""

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Fake nodes for scale tests and benchmarks, simulated by kwok (stages in kwok/stages.yaml).
+# Each fake-<i> advertises GPUS nvidia.com/gpu, carries the label `type: kwok` and the taint
+# multiworker.dev/fake-node=true:NoSchedule, so only pods that tolerate it land there; kwok marks
+# those pods Running and Ready (pod IPs from $fake_cidr with nothing behind them) without running
+# anything, and removes them at once when they are deleted.
+#   fake-nodes.sh N [GPUS]   exactly N fake nodes (fake-0 .. fake-N-1), GPUS each (default 8);
+#                            idempotent: existing nodes are updated, extra ones deleted
+#   fake-nodes.sh --delete   delete every fake node and stop kwok (down.sh stops kwok too)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+selector=multiworker.dev/fake-node=true
+fake_cidr=10.89.0.0/16   # pod IPs; fake node IPs are 10.90.x.y (both outside the real cluster's)
+proxy_port=$((api_port + 1))  # kwok/watch-proxy.py, when needed
+kc get --raw /readyz >/dev/null 2>&1 || die "the local cluster is not up (make cluster-up)"
+
+stop_kwok() {
+  is_running kwok || { rm -f "$state/pids/kwok.pid"; return 0; }
+  local pid; pid=$(cat "$state/pids/kwok.pid")
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid"
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  rm -f "$state/pids/kwok.pid"
+}
+
+delete_nodes() { # NAME...: delete and wait until gone (pod GC removes their pods within ~1 min)
+  [ $# -gt 0 ] || return 0
+  kc delete nodes "$@" --wait=false >/dev/null
+  kc wait --for=delete nodes "$@" --timeout=60s >/dev/null 2>&1 || true
+}
+
+if [ "${1:-}" = --delete ]; then
+  # shellcheck disable=SC2046
+  delete_nodes $(kc get nodes -l "$selector" -o jsonpath='{.items[*].metadata.name}')
+  stop_kwok
+  log "fake nodes deleted, kwok stopped"; exit 0
+fi
+count=${1:?usage: fake-nodes.sh N [GPUS] | --delete}
+gpus=${2:-8}
+[[ $count =~ ^[0-9]+$ && $gpus =~ ^[0-9]+$ ]] || die "N and GPUS must be whole numbers"
+
+# Nodes beyond the requested count (from an earlier, larger call).
+extra=()
+for n in $(kc get nodes -l "$selector" -o jsonpath='{.items[*].metadata.name}'); do
+  [[ $n =~ ^fake-([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -lt "$count" ] || extra+=("$n")
+done
+delete_nodes "${extra[@]}"
+if [ "$count" -eq 0 ]; then stop_kwok; log "no fake nodes; kwok stopped"; exit 0; fi
+
+[ -x "$bin/kwok" ] || "$here/build-binaries.sh" kwok >/dev/null
+# This API server may refuse kwok's watches (see kwok/watch-proxy.py): then kwok runs behind
+# that proxy, which fixes them. Both are one process group, stopped together.
+broken_watch() {
+  local q='watch=1&resourceVersion=0&allowWatchBookmarks=true&timeoutSeconds=1'
+  kc get --raw "/api/v1/namespaces?$q&fieldSelector=metadata.name%3Ddefault" 2>&1 \
+    | grep -q RequestWatchProgress
+}
+kwok_args=(--config "$here/kwok/stages.yaml" --cidr "$fake_cidr"
+           --manage-nodes-with-label-selector "$selector")
+if is_running kwok; then :
+elif broken_watch; then
+  cat > "$state/kwok.kubeconfig" <<EOT
+apiVersion: v1
+kind: Config
+clusters: [{name: proxy, cluster: {server: "http://127.0.0.1:$proxy_port"}}]
+users: [{name: kwok, user: {}}]
+contexts: [{name: proxy, context: {cluster: proxy, user: kwok}}]
+current-context: proxy
+EOT
+  start kwok python3 "$here/kwok/watch-proxy.py" "$proxy_port" "https://127.0.0.1:$api_port" \
+    "$state/pki/ca.crt" "$state/pki/admin.crt" "$state/pki/admin.key" -- \
+    kwok --kubeconfig "$state/kwok.kubeconfig" "${kwok_args[@]}"
+else
+  start kwok kwok --kubeconfig "$kubeconfig" "${kwok_args[@]}"
+fi
+
+manifest=$(mktemp); trap 'rm -f "$manifest"' EXIT
+for i in $(seq 0 $((count - 1))); do
+  cat <<EOT
+apiVersion: v1
+kind: Node
+metadata:
+  name: fake-$i
+  labels: {type: kwok, multiworker.dev/fake-node: "true", kubernetes.io/hostname: fake-$i}
+spec:
+  taints: [{key: multiworker.dev/fake-node, value: "true", effect: NoSchedule}]
+status:
+  addresses: [{type: InternalIP, address: 10.90.$((i / 256)).$((i % 256))}]
+  allocatable: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "$gpus"}
+  capacity: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "$gpus"}
+---
+EOT
+done > "$manifest"
+# Status is taken from the body only on create; the second apply updates it on existing nodes.
+kc apply --server-side --force-conflicts --field-manager=fake-nodes -f "$manifest" >/dev/null
+kc apply --server-side --force-conflicts --field-manager=fake-nodes --subresource=status \
+  -f "$manifest" >/dev/null
+
+exec 3>&2  # wait_until silences its command; a dead kwok should still be reported
+ready() { # all fake nodes Ready, or fail at once if kwok is gone
+  is_running kwok || die "kwok exited: $(tail -c 300 "$state/logs/kwok.log")" 2>&3
+  local q='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}'
+  [ "$(kc get nodes -l "$selector" -o jsonpath="$q" | grep -c True)" -eq "$count" ]
+}
+wait_until 60 "$count fake nodes Ready" ready
+log "$count fake nodes Ready with $gpus nvidia.com/gpu each" \
+  "(nodeSelector type: kwok; toleration multiworker.dev/fake-node)"

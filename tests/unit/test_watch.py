@@ -61,3 +61,12 @@ def test_nothing_to_poll_without_targets() -> None:
     watch = ProgressWatch(Answers().fetch)
     watch.after_pass(None, at(0))
     assert not poll(watch, at(0) + timedelta(seconds=5))
+
+
+def test_a_failing_poll_is_skipped_not_counted_as_silence() -> None:
+    async def broken(workers: Any, port: int) -> dict[int, Any]:
+        raise RuntimeError("bug")
+
+    watch = ProgressWatch(broken)
+    watch.after_pass(TARGETS, at(0))
+    assert not poll(watch, at(30)) and watch.health is None

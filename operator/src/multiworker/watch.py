@@ -8,6 +8,7 @@ afresh, which can delay a hang verdict by one timeout but never hasten it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,6 +25,8 @@ from multiworker.health import (
 )
 from multiworker.probe import fetch_reports
 from multiworker.stragglers import mark_stragglers, stragglers
+
+log = logging.getLogger(__name__)
 
 POLL_SECONDS = 3.0
 PROGRESS_WRITE_SECONDS = 5.0
@@ -53,7 +56,11 @@ class ProgressWatch:
         targets = self.targets
         if targets is None:
             return False
-        raw = await self.fetch(targets.workers, targets.port)
+        try:
+            raw = await self.fetch(targets.workers, targets.port)
+        except Exception:  # a bug, not a silent worker: skip this poll rather than blame one
+            log.exception("polling progress failed")
+            return False
         answers = {i: parse_report(raw.get(i), i, targets.generation) for i, _ in targets.workers}
         health = track(self.health, targets, answers, now())
         self.health = mark_stragglers(health, targets.straggler_threshold)

@@ -174,3 +174,14 @@ def test_finished_workers_are_not_hung() -> None:
         (60, {0: report(phase="done", step=160), 1: report(1, phase="done", step=160)}),
     )
     assert find_stall(health, 20) is None
+
+
+def test_a_large_group_names_a_few_workers() -> None:
+    many = Targets(generation=0, port=8471, all_running=True,
+                   workers=tuple((i, f"10.88.0.{i}") for i in range(8)))
+    health = polls((0, {i: report(i, step=5) for i in range(8)}),
+                   (30, {i: report(i, step=5) for i in range(8)}), targets=many)
+    stall = find_stall(health, 20)
+    assert stall is not None and stall.first.index == 0
+    message = describe_stall(stall)
+    assert message.count("worker-") == 4 and message.endswith("4 more workers stopped later")

@@ -22,6 +22,7 @@ from multiworker.status import ProgressStatus
 FINISHED_PHASES = frozenset({"done", "failed"})  # training is over; the pod's exit decides
 TRAINING = "training"
 _NEVER = datetime.max.replace(tzinfo=UTC)
+_NAMED_OTHERS = 3  # a hang message names the first worker and this many more
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,10 @@ def find_stall(health: GroupHealth | None, timeout_seconds: int) -> Stall | None
 def describe_stall(stall: Stall) -> str:
     """`no progress for 20s: worker-1 stopped first at step 63 (unreachable since 12:00:01);
     worker-0 at step 63 (answering)`."""
-    others = "; ".join(_worker_state(w, first=False) for w in stall.others)
+    named = [_worker_state(w, first=False) for w in stall.others[:_NAMED_OTHERS]]
+    if len(stall.others) > _NAMED_OTHERS:
+        named.append(f"{len(stall.others) - _NAMED_OTHERS} more workers stopped later")
+    others = "; ".join(named)
     return (f"no progress for {_seconds(stall.quiet)}: {_worker_state(stall.first, first=True)}"
             + (f"; {others}" if others else ""))
 

@@ -2,10 +2,9 @@
 
 observe → stop if finished → delete stale generations → suspend/resume → record progress →
 success policy → failure policy → hang policy → create the group (after backoff) → compute
-status. The status is patched
-once, at the end, and Events are emitted only after that write succeeded. Everything the
-pass knows comes from the cluster (the job's status and its pods' labels), so the operator
-can be killed at any instant and converges when restarted.
+status. The status is patched once, at the end, and Events are emitted only after that write
+succeeded. Everything the pass knows comes from the cluster (the job's status and its pods'
+labels), so the operator can be killed at any instant and converges when restarted.
 
 Success is checked before failure (unlike JobSet's order): once the chief has finished, its
 peers exiting non-zero on their way out must not restart a finished job.

@@ -57,8 +57,9 @@ test-unit: venv binaries ## unit and runtime tests (no cluster)
 test-integration: venv ## integration tests on a real cluster (CLUSTER=local|kind|existing)
 	CLUSTER=$(CLUSTER) $(PYTEST) tests/integration
 
-test-e2e: venv ## e2e tests with real TensorFlow pods (CLUSTER=local|kind|existing)
-	CLUSTER=$(CLUSTER) $(PYTEST) tests/e2e
+test-e2e: venv binaries ## e2e tests with real TensorFlow pods (CLUSTER=local|kind|existing)
+	rc=0; CLUSTER=$(CLUSTER) $(PYTEST) tests/e2e || rc=$$?; \
+	if [ "$(CLUSTER)" = kind ] && [ -z "$(KEEP_CLUSTER)" ]; then hack/kind/down.sh; fi; exit $$rc
 
 test: venv binaries ## everything CI runs: verify, then all test tiers on the local real cluster
 	$(MAKE) verify

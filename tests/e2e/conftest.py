@@ -9,6 +9,13 @@ import pytest
 
 from tests.cluster import Cluster
 from tests.integration.conftest import crds, jobs, operator  # noqa: F401  (shared fixtures)
+from tests.integration.test_helm import (  # noqa: F401  (the Helm tests' release fixtures)
+    chart_crds,
+    helm,
+    helm_home,
+    operator_image,
+    release,
+)
 
 
 @pytest.fixture

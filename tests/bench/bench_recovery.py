@@ -24,34 +24,37 @@ measure (failure observed -> new group running). Prints one row per run and the 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
-import os
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
 import threading
 import time
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
 
-from kubernetes import client, config, watch
+from kubernetes import watch
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(os.environ.get("MW_CACHE", Path.home() / ".cache" / "multiworker")) / "bin"
-GROUP, VERSION, PLURAL = "multiworker.dev", "v1alpha1", "multiworkerjobs"
-IMAGE = "multiworker.local/base:bookworm"
-JOB_LABEL = "multiworker.dev/job-name"
+# As a script only tests/bench/ is on sys.path; the imports below need the repo root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.bench.harness import (
+    GROUP,
+    IMAGE,
+    JOB_LABEL,
+    REPO,
+    VERSION,
+    Cluster,
+    Obj,
+    operator,
+    wait_for,
+)
+
+POLL_SECONDS = 0.05
 GENERATION_LABEL = "multiworker.dev/group-generation"
 INDEX_LABEL = "multiworker.dev/worker-index"
 FAILING_WORKER = 1
@@ -61,8 +64,6 @@ SCRIPT = textwrap.dedent("""
     trap 'exit 143' TERM
     while true; do sleep 1 & wait $!; done
 """).strip()
-T = TypeVar("T")
-Obj = dict[str, Any]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,79 +76,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.reps < 1 or not 2 <= args.workers <= 64:
         parser.error("--reps at least 1, --workers from 2 to 64")
     return args
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result is not None and result is not False:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.05)
-
-
-# --- the cluster and the operator ---
-
-
-class Cluster:
-    def __init__(self, kubeconfig: Path) -> None:
-        self.env = dict(os.environ, KUBECONFIG=str(kubeconfig),
-                        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-        self.api = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig))
-        self.core = client.CoreV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
-
-    def run(self, *cmd: str | Path, stdin: str | None = None, check: bool = True) -> str:
-        proc = subprocess.run([str(c) for c in cmd], input=stdin, capture_output=True,
-                              text=True, env=self.env, check=False)
-        if check and proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n"
-                               f"{proc.stderr}{proc.stdout}")
-        return proc.stdout
-
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
-        return self.run(shutil.which("kubectl", path=self.env["PATH"]) or "kubectl", *args,
-                        stdin=stdin, check=check)
-
-    def job_status(self, namespace: str, name: str) -> Obj:
-        job: Any = self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name)
-        return dict(job.get("status") or {})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def operator(cluster: Cluster, namespace: str, log: Path) -> Iterator[None]:
-    """The real operator for `namespace`, as the integration tier runs it."""
-    health = free_port()
-    args = [str(Path(sys.executable).with_name("multiworker-operator")), "--standalone",
-            "--namespace", namespace, "--health-port", str(health), "--log-level", "debug"]
-    with log.open("ab") as out:
-        proc = subprocess.Popen(args, env=cluster.env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        def healthy() -> bool:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the operator exited {proc.returncode}; see {log}")
-            with contextlib.suppress(OSError), urllib.request.urlopen(
-                    f"http://127.0.0.1:{health}/healthz", timeout=1):
-                return True
-            return False
-        wait_for("a healthy operator", healthy, 30)
-        yield
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 # --- one measurement ---
@@ -237,16 +165,17 @@ def measure(cluster: Cluster, namespace: str, name: str, workers: int, timeout: 
               and s.get("readyWorkers") == workers)
         return s if ok else None
 
-    wait_for(f"{name} generation 0 running", lambda: group_running(0), timeout)
+    wait_for(lambda: group_running(0), timeout, POLL_SECONDS, f"{name} generation 0 running")
     victim = f"{name}-worker-{FAILING_WORKER}"
     triggered = time.monotonic()
     # The exec session may die with the container it just stopped (exit 137): no check here;
     # the next generation running is the proof.
     cluster.kubectl("-n", namespace, "exec", victim, "--", "sh", "-c", "kill -USR1 1",
                     check=False)
-    status = wait_for(f"{name} generation 1 running", lambda: group_running(1), timeout)
-    wait_for("the watch to see every new pod running", lambda: new_running(timeline, workers),
-             10)
+    status = wait_for(lambda: group_running(1), timeout, POLL_SECONDS,
+                      f"{name} generation 1 running")
+    wait_for(lambda: new_running(timeline, workers), 10, POLL_SECONDS,
+             "the watch to see every new pod running")
     stop.set()
 
     def old(kind: str, pod: Obj) -> bool:
@@ -277,11 +206,6 @@ def new_running(timeline: Timeline, workers: int) -> float | None:
             if len(state) == workers and all(state.values()):
                 return t
     return None
-
-
-def pods_gone(cluster: Cluster, namespace: str, job: str) -> bool:
-    return not cluster.kubectl("-n", namespace, "get", "pods", "-l", f"{JOB_LABEL}={job}",
-                               "-o", "name").strip()
 
 
 # --- report ---
@@ -319,15 +243,15 @@ def main(argv: list[str] | None = None) -> None:
     log = Path(tempfile.mkdtemp(prefix="bench-recovery-")) / "operator.log"
     runs: list[Run] = []
     try:
-        with operator(cluster, namespace, log):
+        with operator(cluster, namespace, log, "--log-level", "debug"):
             for i in range(args.reps):
                 name = f"r{i}"
                 run = measure(cluster, namespace, name, args.workers, args.timeout)
                 runs.append(run)
                 print(f"run {i + 1}: " + " ".join(fmt(run)), flush=True)
                 cluster.kubectl("-n", namespace, "delete", "mwj", name, "--wait=true")
-                wait_for(f"{name}'s pods to be gone",
-                         functools.partial(pods_gone, cluster, namespace, name), args.timeout)
+                wait_for(functools.partial(cluster.pods_gone, namespace, name), args.timeout,
+                         POLL_SECONDS, f"{name}'s pods to be gone")
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false")
     print(f"\n{args.workers} workers, {args.reps} runs; seconds; operator log: {log}")

@@ -28,30 +28,31 @@ import contextlib
 import json
 import math
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
-from kubernetes import client, config
+# As a script only tests/bench/ is on sys.path; the imports below need the repo root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(os.environ.get("MW_CACHE", Path.home() / ".cache" / "multiworker")) / "bin"
-GROUP, VERSION, PLURAL = "multiworker.dev", "v1alpha1", "multiworkerjobs"
-IMAGE = "multiworker.local/base:bookworm"  # never pulled or run: fake nodes only
-JOB_LABEL = "multiworker.dev/job-name"
+from tests.bench.harness import (
+    GROUP,
+    IMAGE,
+    PLURAL,
+    REPO,
+    VERSION,
+    Cluster,
+    Obj,
+    free_port,
+    operator,
+    wait_for,
+)
+
 POLL_SECONDS = 0.1
-T = TypeVar("T")
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -77,88 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def wait_for(what: str, check: Callable[[], T | None], timeout: float) -> T:
-    """Poll `check` until it returns something other than None or False."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result is not None and result is not False:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(POLL_SECONDS)
-
-
-class Cluster:
-    """kubectl, the fake-nodes script and API reads against the local cluster."""
-
-    def __init__(self, kubeconfig: Path) -> None:
-        self.env = dict(os.environ, KUBECONFIG=str(kubeconfig),
-                        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-        api = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig))
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-
-    def run(self, *cmd: str | Path, stdin: str | None = None) -> str:
-        proc = subprocess.run([str(c) for c in cmd], input=stdin, capture_output=True,
-                              text=True, env=self.env, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n"
-                               f"{proc.stderr}{proc.stdout}")
-        return proc.stdout
-
-    def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        return self.run(shutil.which("kubectl", path=self.env["PATH"]) or "kubectl", *args,
-                        stdin=stdin)
-
-    def fake_nodes(self, *args: str) -> None:
-        self.run(REPO / "hack/cluster/fake-nodes.sh", *args)
-
-    def job_status(self, namespace: str, name: str) -> Obj:
-        job: Any = self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name)
-        return dict(job.get("status") or {})
-
-    def job_pods(self, namespace: str, name: str) -> list[Obj]:
-        response: Any = self.core.list_namespaced_pod(
-            namespace, label_selector=f"{JOB_LABEL}={name}", _preload_content=False)
-        items: list[Obj] = json.loads(response.data)["items"]
-        return items
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextlib.contextmanager
-def operator(cluster: Cluster, namespace: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """The real operator for `namespace`, stopped (SIGTERM, then SIGKILL) on the way out."""
-    health, metrics = free_port(), free_port()
-    cmd = [str(REPO / ".venv/bin/multiworker-operator"), "--standalone", "--namespace",
-           namespace, "--health-port", str(health), "--metrics-port", str(metrics)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, env=cluster.env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        def healthy() -> bool:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the operator exited {proc.returncode}; see {log}")
-            url = f"http://127.0.0.1:{health}/healthz"
-            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1):
-                return True
-            return False
-        wait_for("the operator's /healthz", healthy, 60)
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def fake_nodes(cluster: Cluster, *args: str) -> None:
+    cluster.run(REPO / "hack/cluster/fake-nodes.sh", *args)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -170,7 +91,7 @@ def cpu_seconds(pid: int) -> float:
 def job_manifest(name: str, workers: int) -> Obj:
     container = {
         "name": "tensorflow",
-        "image": IMAGE,
+        "image": IMAGE,  # never pulled or run: fake nodes only
         "imagePullPolicy": "IfNotPresent",
         "command": ["sleep", "infinity"],
         "resources": {"limits": {"nvidia.com/gpu": 1}},
@@ -202,8 +123,8 @@ def measure(cluster: Cluster, ns: str, pid: int, name: str, workers: int,
     cpu0 = cpu_seconds(pid)
     applied = time.monotonic()
     cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job_manifest(name, workers)))
-    wait_for(f"{name}: {workers} workers running",
-             lambda: all_running(cluster.job_status(ns, name), workers, 0), timeout)
+    wait_for(lambda: all_running(cluster.job_status(ns, name), workers, 0), timeout,
+             POLL_SECONDS, f"{name}: {workers} workers running")
     started = time.monotonic()
 
     victim = f"{name}-worker-{workers // 2}"
@@ -213,13 +134,13 @@ def measure(cluster: Cluster, ns: str, pid: int, name: str, workers: int,
         status = cluster.job_status(ns, name)
         return status if all_running(status, workers, 1) else None
 
-    status = wait_for(f"{name}: generation 1 running after deleting {victim}",
-                      restarted_status, timeout)
+    status = wait_for(restarted_status, timeout, POLL_SECONDS,
+                      f"{name}: generation 1 running after deleting {victim}")
     restarted = time.monotonic()
     cpu1 = cpu_seconds(pid)
 
     cluster.kubectl("-n", ns, "delete", "mwj", name, "--wait=true")
-    wait_for(f"{name}: pods deleted", lambda: not cluster.job_pods(ns, name), timeout)
+    wait_for(lambda: cluster.pods_gone(ns, name), timeout, POLL_SECONDS, f"{name}: pods deleted")
     return Sample(start=started - applied, restart=restarted - deleted,
                   last_recovery=status.get("lastRecoverySeconds"), operator_cpu=cpu1 - cpu0)
 
@@ -251,12 +172,13 @@ def run(args: argparse.Namespace) -> dict[int, list[Sample]]:
     print(f"{nodes} fake nodes x {args.gpus} GPUs; namespace {ns}; operator log in {logs}",
           file=sys.stderr)
     try:
-        cluster.fake_nodes(str(nodes), str(args.gpus))
+        fake_nodes(cluster, str(nodes), str(args.gpus))
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                         f"crd/{PLURAL}.{GROUP}")
         cluster.kubectl("create", "namespace", ns)
-        with operator(cluster, ns, logs / "operator.log") as proc:
+        with operator(cluster, ns, logs / "operator.log", "--metrics-port", str(free_port()),
+                      ready_timeout=60) as proc:
             for n in args.sizes:
                 for rep in range(args.reps):
                     sample = measure(cluster, ns, proc.pid, f"bench-{n}-{rep}", n, args.timeout)
@@ -265,13 +187,13 @@ def run(args: argparse.Namespace) -> dict[int, list[Sample]]:
                           f"restart {sample.restart:.2f}s (lastRecoverySeconds "
                           f"{sample.last_recovery}), operator CPU {sample.operator_cpu:.2f}s",
                           file=sys.stderr)
-    except (TimeoutError, RuntimeError) as e:  # keep what was measured; say where it stopped
+    except (AssertionError, RuntimeError) as e:  # keep what was measured; say where it stopped
         print(f"stopped early: {e}", file=sys.stderr)
     finally:
         with contextlib.suppress(RuntimeError):
             cluster.kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=true",
                             "--timeout=120s")
-        cluster.fake_nodes("--delete")
+        fake_nodes(cluster, "--delete")
     return results
 
 

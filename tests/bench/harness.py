@@ -1,0 +1,104 @@
+"""What the two benchmarks share: commands and reads against the cluster, and the real operator.
+
+Polling comes from the suite (tests/support.py). The benchmarks run as scripts from the repo
+root; each puts the root on sys.path before importing this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from tests.support import wait_for
+
+__all__ = ["GROUP", "IMAGE", "JOB_LABEL", "PLURAL", "REPO", "VERSION", "Cluster", "Obj",
+           "free_port", "operator", "wait_for"]
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("MW_CACHE", Path.home() / ".cache" / "multiworker")) / "bin"
+OPERATOR = Path(sys.executable).with_name("multiworker-operator")
+GROUP, VERSION, PLURAL = "multiworker.dev", "v1alpha1", "multiworkerjobs"
+IMAGE = "multiworker.local/base:bookworm"
+JOB_LABEL = "multiworker.dev/job-name"
+Obj = dict[str, Any]
+
+
+class Cluster:
+    """Commands (output captured) and API reads against one cluster."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.env = dict(os.environ, KUBECONFIG=str(kubeconfig),
+                        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+        api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig))
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def run(self, *cmd: str | Path, stdin: str | None = None, check: bool = True) -> str:
+        proc = subprocess.run([str(c) for c in cmd], input=stdin, capture_output=True,
+                              text=True, env=self.env, check=False)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n"
+                               f"{proc.stderr}{proc.stdout}")
+        return proc.stdout
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        return self.run(shutil.which("kubectl", path=self.env["PATH"]) or "kubectl", *args,
+                        stdin=stdin, check=check)
+
+    def job_status(self, namespace: str, name: str) -> Obj:
+        job: Any = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name)
+        return dict(job.get("status") or {})
+
+    def pods_gone(self, namespace: str, name: str) -> bool:
+        response: Any = self.core.list_namespaced_pod(
+            namespace, label_selector=f"{JOB_LABEL}={name}", _preload_content=False)
+        return not json.loads(response.data)["items"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def operator(cluster: Cluster, namespace: str, log: Path, *options: str,
+             ready_timeout: float = 30) -> Iterator[subprocess.Popen[bytes]]:
+    """The real operator for `namespace` with extra command-line `options`, as the integration
+    tier runs it; stopped (SIGTERM, then SIGKILL) on the way out."""
+    health = free_port()
+    cmd = [str(OPERATOR), "--standalone", "--namespace", namespace,
+           "--health-port", str(health), *options]
+    with log.open("ab") as out:
+        proc = subprocess.Popen(cmd, env=cluster.env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the operator exited {proc.returncode}; see {log}")
+            url = f"http://127.0.0.1:{health}/healthz"
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1):
+                return True
+            return False
+
+        wait_for(healthy, ready_timeout, interval=0.1, describe="a healthy operator")
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -73,6 +73,10 @@ class RestartPolicy(Model):
 
     max_restarts: int = Field(default=3, ge=0, le=10000)
     """How many times a failed group is restarted before the job fails."""
+    max_disruptions: int = Field(default=20, ge=0, le=10000)
+    """How many disruptions (pod evicted, preempted or deleted, node lost) restart the group
+    without spending maxRestarts before the job fails. The first restarts at once, later ones
+    back off like restarts (backoffSeconds doubling, at least 1s)."""
     backoff_seconds: int = Field(default=1, ge=0, le=86400)
     """Wait before the first restart; doubles with every restart spent (1, 2, 4, ... by
     default: a transient failure recovers at once, a crash loop slows down)."""
@@ -113,6 +117,9 @@ class HealthSpec(Model):
     straggler_threshold: float | None = Field(default=None, gt=0, le=1)
     """Report a worker as a straggler when its steps per second fall below this fraction of
     the group's median. Unset turns it off."""
+    node_lost_seconds: int = Field(default=20, ge=1, le=3600)
+    """Restart the group (as a disruption) when a worker's node has been NotReady or
+    unreachable for this long — Kubernetes itself evicts such pods only after ~5 minutes."""
     peer_timeout_seconds: int = Field(default=300, ge=1)
     """How long a starting worker waits for its peers (MWJ_PEER_TIMEOUT_SECONDS)."""
     collective_timeout_seconds: int = Field(default=300, ge=1)

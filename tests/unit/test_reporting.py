@@ -1,4 +1,5 @@
-"""Reconcile passes given polled progress: status.progress, hang restarts, stragglers, targets."""
+"""Reconcile passes given polled progress: status.progress, hang restarts, stragglers, targets,
+and the ProgressReporting condition."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from typing import Any
 
 import pytest
 from multiworker import metrics
-from multiworker.health import GroupHealth, Report, Targets, track
+from multiworker.progress import GroupHealth, Report, Targets, track
 from multiworker.reconcile import Outcome, reconcile
 from multiworker.stragglers import STRAGGLER_POLLS, mark_stragglers
 
 from tests.unit.builders import NAMESPACE, job_body
 from tests.unit.fake_cluster import FakeCluster
-from tests.unit.test_health import report
+from tests.unit.test_progress import report
 
 
 @pytest.fixture(autouse=True)

@@ -79,8 +79,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = ClientSettings(qps=args.kube_api_qps, burst=args.kube_api_burst,
                               timeout_seconds=args.request_timeout,
                               concurrency=args.api_concurrency)
-    cluster = Cluster(new_api_client(pool_size=max(64, settings.concurrency * 2)), settings)
     identity = None if args.standalone else (args.identity or own_identity(os.environ))
+    cluster = Cluster(new_api_client(pool_size=max(64, settings.concurrency * 2)), settings,
+                      instance=identity)
     controller = Controller(cluster, None if args.all_namespaces else args.namespace,
                             identity, workers=args.workers,
                             progress_status_seconds=args.progress_status_seconds)

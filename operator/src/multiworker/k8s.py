@@ -34,6 +34,21 @@ WATCH_READ_TIMEOUT_SECONDS = 90.0
 T = TypeVar("T")
 
 
+# Every (API group, resource, verb) the operator calls — the chart's RBAC grants exactly these
+# (tests/unit/test_chart.py compares them; the e2e suite checks the calls made stay inside).
+# multiworkerjobs/finalizers: update is what blockOwnerDeletion on owned objects requires.
+FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
+    (names.GROUP, names.PLURAL): frozenset({"list", "watch", "delete"}),
+    (names.GROUP, f"{names.PLURAL}/status"): frozenset({"patch"}),
+    (names.GROUP, f"{names.PLURAL}/finalizers"): frozenset({"update"}),
+    ("", "pods"): frozenset({"get", "list", "watch", "create", "delete"}),
+    ("", "services"): frozenset({"get", "create"}),
+    ("", "events"): frozenset({"create"}),
+    ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
+    ("", "nodes"): frozenset({"list", "watch"}),
+}
+
+
 class Created(StrEnum):
     CREATED = "Created"
     EXISTS = "Exists"  # 409: it was there already; the caller checks who controls it
@@ -145,12 +160,13 @@ class Cluster:
     manifests (and refuse valid ones, e.g. an integer GPU quantity).
     """
 
-    def __init__(self, api: client.ApiClient, settings: ClientSettings | None = None) -> None:
+    def __init__(self, api: client.ApiClient, settings: ClientSettings | None = None,
+                 instance: str | None = None) -> None:
         self.api = api
         self.settings = settings or ClientSettings()
         self.limiter = RateLimiter(self.settings.qps, self.settings.burst)
         self.fanout = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="api")
-        self.instance = socket.gethostname()
+        self.instance = instance or socket.gethostname()  # Events' reportingInstance
 
     # --- jobs ---
 
@@ -290,7 +306,7 @@ class Cluster:
         if selector:
             query.append(("labelSelector", selector))
         self.limiter.acquire()
-        response = self._request("GET", path, query=query, verb="WATCH",
+        response = self._request("GET", path, query=query, verb="watch",
                                  read_timeout=read_timeout).response
         try:
             buffer = b""
@@ -348,8 +364,10 @@ class Cluster:
                 raise ApiException(http_resp=response)
             return response
         finally:
-            metrics.API_REQUESTS.labels(verb=verb or method, resource=_resource(path),
-                                        code=code).inc()
+            group, resource, collection = _resource(path)
+            metrics.API_REQUESTS.labels(
+                verb=verb or _rbac_verb(method, collection),
+                resource=f"{group}/{resource}" if group else resource, code=code).inc()
 
     def _call(
         self, method: str, path: str, body: Manifest | None = None,
@@ -401,11 +419,19 @@ def _lease_path(namespace: str, name: str | None = None) -> str:
     return f"{path}/{name}" if name else path
 
 
-def _resource(path: str) -> str:
-    """The resource a REST path is about (`pods`, `multiworkerjobs/status`), for metrics."""
+def _resource(path: str) -> tuple[str, str, bool]:
+    """(API group, resource[/subresource], whether it names a collection) of a REST path."""
     parts = [p for p in path.split("?")[0].split("/") if p]
-    if "namespaces" in parts:
-        parts = parts[parts.index("namespaces") + 2:]
-    else:
-        parts = parts[3:] if parts and parts[0] == "apis" else parts[2:]
-    return parts[0] + ("/" + parts[2] if len(parts) > 2 else "") if parts else "?"
+    group = parts[1] if parts and parts[0] == "apis" else ""
+    rest = parts[3:] if parts and parts[0] == "apis" else parts[2:]
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    if not rest:
+        return group, "?", True
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    return group, resource, len(rest) == 1
+
+
+def _rbac_verb(method: str, collection: bool) -> str:
+    return {"GET": "list" if collection else "get", "POST": "create", "PUT": "update",
+            "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())

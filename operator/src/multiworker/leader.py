@@ -109,6 +109,7 @@ class Elector:
     _held: dict[str, tuple[Manifest, float]] = field(default_factory=dict)  # lease, renewed at
     _seen: dict[str, Sighting] = field(default_factory=dict)
     _announced: dict[str, bool] = field(default_factory=dict)  # as last told to on_change
+    _following: dict[str, str] = field(default_factory=dict)  # holder we last said we wait for
     _kick: asyncio.Event = field(default_factory=asyncio.Event)
 
     def leads(self, namespace: str) -> bool:
@@ -171,7 +172,14 @@ class Elector:
             self._seen[namespace] = seen
         if move is Move.FOLLOW:
             self._held.pop(namespace, None)
+            holder = seen.record[0] if seen is not None else "?"
+            if self._following.get(namespace) != holder:
+                self._following[namespace] = holder
+                log.info("another operator instance handles the jobs of namespace %s (%s holds "
+                         "its Lease %s): this instance waits", namespace, holder,
+                         names.LEASE_NAME)
             return
+        self._following.pop(namespace, None)
         mine = claimed(lease, namespace, self.identity, self.wall(), self.duration)
         create = self.cluster.create_lease if move is Move.CREATE else self.cluster.replace_lease
         written = create(mine)

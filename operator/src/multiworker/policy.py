@@ -292,13 +292,13 @@ def success_action(spec: MultiWorkerJobSpec, group: ObservedGroup) -> Action:
 
 
 def refused_start_action(spec: MultiWorkerJobSpec, status: JobStatus, now: datetime,
-                         message: str, quota: bool) -> Action:
-    """The API server refused a worker pod. Quota may free up: wait with backoff until
-    spec.health.startupTimeoutSeconds; anything else (PodSecurity, a webhook, an invalid
-    template) will not pass by waiting: fail now."""
+                         message: str, quota: bool, worker: int = 0) -> Action:
+    """The API server refused worker `worker`'s pod. Quota may free up: wait with backoff
+    until spec.health.startupTimeoutSeconds; anything else (PodSecurity, a webhook, a
+    LimitRange) will not pass by waiting: fail now."""
     if not quota:
         return Action(ActionKind.FAIL_JOB, Reason.POD_REFUSED,
-                      f"the API server refused a worker pod: {message}")
+                      f"the API server refused worker-{worker}'s pod: {message}")
     since = status.create_refused_since or now
     waited = (now - since).total_seconds()
     timeout = spec.health.startup_timeout_seconds

@@ -218,9 +218,10 @@ def ensure_workers(p: Pass) -> Flow:
     missing = p.group.with_phase(WorkerPhase.MISSING)
     pods = [render_worker_pod(p.job, w.index, s.group_generation, owner) for w in missing]
     results = p.cluster.create_pods(pods)
-    refused = next((r for r in results if isinstance(r, Refused)), None)
+    refused = next(((w.index, r) for w, r in zip(missing, results, strict=True)
+                    if isinstance(r, Refused)), None)
     if refused is not None:
-        return _refused(p, refused, created=any(r is Created.CREATED for r in results))
+        return _refused(p, *refused, created=any(r is Created.CREATED for r in results))
     for pod, result in zip(pods, results, strict=True):
         if result is Created.EXISTS:
             pod_name = pod["metadata"]["name"]
@@ -349,12 +350,12 @@ def _clean_finished_pods(p: Pass) -> None:
     p.cluster.delete_pods(deletions)
 
 
-def _refused(p: Pass, refusal: Refused, created: bool) -> Flow:
+def _refused(p: Pass, worker: int, refusal: Refused, created: bool) -> Flow:
     action = refused_start_action(p.job.spec, p.status, p.now, refusal.message,
-                                  quota=refusal.kind is RefusalKind.QUOTA)
+                                  quota=refusal.kind is RefusalKind.QUOTA, worker=worker)
     if refusal.kind is RefusalKind.INVALID:
         action = Action(ActionKind.FAIL_JOB, Reason.INVALID_POD_TEMPLATE,
-                        f"the API server rejected a worker pod: {refusal.message}")
+                        f"the API server rejected worker-{worker}'s pod: {refusal.message}")
     if action.kind is ActionKind.FAIL_JOB:
         finish(p, Phase.FAILED, action)
         return Flow.DONE

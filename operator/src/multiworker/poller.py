@@ -45,7 +45,7 @@ PATH = "/progress"
 TIMEOUT_SECONDS = 2.0
 STATUS_SECONDS = 10.0  # without hang detection: how fresh status.progress is kept
 MIN_SECONDS = 2.0  # the fastest any job is polled
-SILENT_MAX_SECONDS = 60.0  # a group that never answered is polled at most this rarely
+SILENT_MAX_SECONDS = 120.0  # a group that never answered is polled at most this rarely
 WRITE_SECONDS = 5.0  # progress news wakes a pass at most this often
 
 

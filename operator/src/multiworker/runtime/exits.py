@@ -35,7 +35,8 @@ def write_termination_message(message: str, path: str = TERMINATION_LOG) -> bool
         return False
     try:
         with open(path, "wb") as file:
-            file.write(message.encode()[:_MAX_MESSAGE_BYTES])
+            cut = message.encode()[:_MAX_MESSAGE_BYTES]
+            file.write(cut.decode(errors="ignore").encode())  # no half a character at the end
     except OSError:
         return False
     return True

@@ -192,6 +192,8 @@ def _prober(config: RuntimeConfig, check: GroupCheck | None) -> Probe:
             if e.status == 404 and check is not None:
                 return (check.take_no_preflight(endpoint.worker) if config.is_chief
                         else check.take_chief_without_preflight())
+            if e.status == 503:
+                return Reach.NOT_READY, "up, but its script has not started the preflight yet"
             return e.reach, e.detail
 
     return probe

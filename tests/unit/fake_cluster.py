@@ -47,6 +47,9 @@ class FakeCluster:
     def cached_node(self, name: str) -> Manifest | None:
         return copy.deepcopy(self.nodes.get(name))
 
+    def cached_nodes(self) -> list[Manifest]:
+        return [copy.deepcopy(n) for n in self.nodes.values()]
+
     def patch_job_status(
         self, namespace: str, name: str, status: Manifest, resource_version: str
     ) -> str:

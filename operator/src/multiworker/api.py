@@ -32,6 +32,11 @@ class CleanPodPolicy(StrEnum):
     ALL = "All"
 
 
+class ImageSkewPolicy(StrEnum):
+    PIN_TO_CHIEF = "PinToChief"
+    FAIL_JOB = "FailJob"
+
+
 class CheckpointSpec(Model):
     """A shared volume every worker mounts; the chief saves checkpoints there and every new
     group restores from it (MWJ_CHECKPOINT_DIR)."""
@@ -175,6 +180,15 @@ class MultiWorkerJobSpec(Model):
     """Which pods to delete when the job finishes: Running deletes those still running and
     keeps finished ones for their logs; All deletes every pod."""
     health: HealthSpec = Field(default=HealthSpec(), json_schema_extra=_object_default())
+    image_skew_policy: ImageSkewPolicy = ImageSkewPolicy.PIN_TO_CHIEF
+    """When the workers of one group run different image digests (a tag that resolved
+    differently on different nodes): PinToChief restarts the group with every worker on the
+    chief's digest (once; a disruption, not a restart); FailJob fails the job."""
+    gpu_product: str | None = Field(default=None, min_length=1, max_length=63)
+    """Place every worker on nodes labelled nvidia.com/gpu.product=<this> (NVIDIA GPU feature
+    discovery sets it). Unset: where nodes carry that label, the operator picks, for each new
+    group, one product whose nodes can hold the whole group (status.gpuProduct), and says so
+    when none can — workers of one group never mix GPU models."""
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> MultiWorkerJobSpec:

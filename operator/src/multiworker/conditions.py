@@ -64,6 +64,8 @@ class Reason(StrEnum):
     STALE_POD_FORCE_DELETED = "StalePodForceDeleted"
     RECONCILE_ERROR = "ReconcileError"
     PORT_BLOCKED = "PortBlocked"
+    IMAGE_SKEW = "ImageSkew"
+    NO_GPU_PRODUCT = "NoGpuProductWithRoom"
     PEERS_CONNECTED = "PeersConnected"
 
 

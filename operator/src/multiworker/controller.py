@@ -98,6 +98,9 @@ class View:
     def cached_node(self, name: str) -> Manifest | None:
         return self.node_store.get(("", name))
 
+    def cached_nodes(self) -> list[Manifest]:
+        return [node for key in self.node_store if (node := self.node_store.get(key))]
+
     # writes: straight to the API server
     def patch_job_status(self, namespace: str, name: str, status: Manifest,
                          resource_version: str) -> str:

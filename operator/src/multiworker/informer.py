@@ -54,12 +54,16 @@ def slim_pod(pod: Manifest) -> Manifest:
 
 
 def slim_node(node: Manifest) -> Manifest:
-    """A node as lost-node detection reads it: labels, taints and conditions."""
-    node = slim(node)
-    status = node.get("status") or {}
-    return {"metadata": node["metadata"], "spec": {"taints": (node.get("spec") or {})
-                                                   .get("taints", [])},
-            "status": {"conditions": status.get("conditions", [])}}
+    """A node as lost-node detection and GPU placement read it: labels, taints, whether it is
+    cordoned, conditions and allocatable resources."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, \
+        node.get("status") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion", "labels",
+                                                "deletionTimestamp") if k in meta},
+            "spec": {"taints": spec.get("taints", []),
+                     "unschedulable": spec.get("unschedulable", False)},
+            "status": {"conditions": status.get("conditions", []),
+                       "allocatable": status.get("allocatable", {})}}
 
 
 @dataclass

@@ -68,6 +68,7 @@ class WorkerState:
     terminating: bool = False  # deletion requested
     ip: str = ""  # the pod's IP, where it serves GET /progress
     node: str = ""  # the node it was scheduled to
+    image_id: str = ""  # the image its training container runs (a digest), once started
 
 
 @dataclass(frozen=True)
@@ -150,9 +151,11 @@ def classify(pod: Pod, index: int, container: str) -> WorkerState:
     """The state of one worker pod, judged by its training container and its pod status."""
     meta = pod.get("metadata", {})
     state = _classify(pod, index, container)
+    trainer = _container_status(pod.get("status", {}).get("containerStatuses", []), container)
     return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta,
                    ip=pod.get("status", {}).get("podIP") or "",
-                   node=(pod.get("spec") or {}).get("nodeName") or "")
+                   node=(pod.get("spec") or {}).get("nodeName") or "",
+                   image_id=(trainer or {}).get("imageID") or "")
 
 
 def _classify(pod: Pod, index: int, container: str) -> WorkerState:

@@ -22,6 +22,7 @@ from multiworker.commit import commit, emit, write
 from multiworker.conditions import Reason, Type, find, set_condition
 from multiworker.context import ClusterIO, Flow, Outcome, Pass
 from multiworker.events import event_type
+from multiworker.gpus import gpus_per_worker, place
 from multiworker.hang import find_stall
 from multiworker.job import InvalidJobSpec, Job
 from multiworker.k8s import Conflict, Created, Gone, PodDeletion, RefusalKind, Refused
@@ -164,7 +165,7 @@ def suspend_or_resume(p: Pass) -> Flow:
                 s.group_generation += 1  # the running group is now stale: deleted next pass
                 forget_group(s)
             s.group_start_time = s.restart_after = s.recovering_since = None
-            s.create_refused_since = None
+            s.blocked_since = None
             message = (f"suspended: workers deleted; resuming starts generation "
                        f"{s.group_generation} from the last checkpoint")
             p.condition(Type.SUSPENDED, "True", Reason.SUSPENDED, message)
@@ -212,11 +213,15 @@ def ensure_workers(p: Pass) -> Flow:
     if s.restart_after is not None and p.now < s.restart_after:
         p.wake_at(s.restart_after)
         return Flow.CONTINUE
+    missing = p.group.with_phase(WorkerPhase.MISSING)
+    if not p.group.has_pods and not _place_group(p):
+        return Flow.CONTINUE if p.status.completion_time is None else Flow.DONE
     owner = owner_reference(p.job)
     if not _ensure_service(p, owner):
         return Flow.CONTINUE
-    missing = p.group.with_phase(WorkerPhase.MISSING)
-    pods = [render_worker_pod(p.job, w.index, s.group_generation, owner) for w in missing]
+    pods = [render_worker_pod(p.job, w.index, s.group_generation, owner,
+                              image=s.pinned_image, gpu_product=s.gpu_product)
+            for w in missing]
     results = p.cluster.create_pods(pods)
     refused = next(((w.index, r) for w, r in zip(missing, results, strict=True)
                     if isinstance(r, Refused)), None)
@@ -230,7 +235,7 @@ def ensure_workers(p: Pass) -> Flow:
             if found is not Owned.OURS:
                 _wait_or_conflict(p, found, "pod", pod_name)
                 return Flow.CONTINUE
-    s.group_start_time, s.restart_after, s.create_refused_since = p.now, None, None
+    s.group_start_time, s.restart_after, s.blocked_since = p.now, None, None
     s.start_time = s.start_time or p.now
     p.created = [pod["metadata"]["name"] for pod, r in zip(pods, results, strict=True)
                  if r is Created.CREATED]
@@ -313,7 +318,7 @@ def fail_invalid_spec(cluster: ClusterIO, body: Manifest, problems: list[str],
         return Outcome()
     message = "invalid spec: " + "; ".join(problems)
     status.phase, status.completion_time = Phase.FAILED, now
-    status.restart_after = status.recovering_since = status.create_refused_since = None
+    status.restart_after = status.recovering_since = status.blocked_since = None
     status.conditions = set_condition(status.conditions, Type.FAILED, "True",
                                       Reason.INVALID_SPEC, message, now)
     try:
@@ -362,7 +367,7 @@ def _refused(p: Pass, worker: int, refusal: Refused, created: bool) -> Flow:
     if created or p.group.has_pods:
         abandon_group(p)  # no partial group waits for peers that will never come
     s = p.status
-    s.create_refused_since = s.create_refused_since or p.now
+    s.blocked_since = s.blocked_since or p.now
     s.restart_after = p.now + timedelta(seconds=action.delay_seconds)
     p.blocked = (Reason.QUOTA_EXCEEDED, action.message)
     p.wake_in(action.delay_seconds)
@@ -371,12 +376,35 @@ def _refused(p: Pass, worker: int, refusal: Refused, created: bool) -> Flow:
 
 def _still_refused(p: Pass) -> tuple[str, str] | None:
     """While waiting to retry a group the quota refused, keep saying so."""
-    if p.status.create_refused_since is None:
+    if p.status.blocked_since is None:
         return None
     old = find(p.job.status.conditions, Type.RUNNING)
-    if old is not None and old.reason == Reason.QUOTA_EXCEEDED:
+    if old is not None and old.reason in (Reason.QUOTA_EXCEEDED, Reason.NO_GPU_PRODUCT):
         return old.reason, old.message
     return None
+
+
+def _place_group(p: Pass) -> bool:
+    """Choose the GPU product of a new group (gpus.py); False, with the reason in status,
+    when no single product can hold it — after spec.health.startupTimeoutSeconds, Failed."""
+    s, spec = p.status, p.job.spec
+    placement = place(p.cluster.cached_nodes(), spec.workers,
+                      gpus_per_worker(spec.template.as_dict()), spec.gpu_product)
+    if placement.problem is None:
+        s.gpu_product = placement.product
+        return True
+    since = s.blocked_since or p.now
+    waited = (p.now - since).total_seconds()
+    timeout = spec.health.startup_timeout_seconds
+    if timeout is not None and waited >= timeout:
+        finish(p, Phase.FAILED, Action(ActionKind.FAIL_JOB, Reason.STARTUP_TIMEOUT,
+                                       f"{placement.problem} for {waited:.0f}s "
+                                       "(spec.health.startupTimeoutSeconds)"))
+        return False
+    s.blocked_since = since
+    p.blocked = (Reason.NO_GPU_PRODUCT, placement.problem)
+    p.wake_in(min(30.0, timeout - waited) if timeout is not None else 30.0)
+    return False
 
 
 def _ensure_service(p: Pass, owner: Manifest) -> bool:

@@ -71,7 +71,6 @@ class JobPolls:
     due: float  # loop time of the next poll
     born: float = 0.0  # loop time its group was first polled
     health: GroupHealth | None = None
-    silent_polls: int = 0  # polls in a row in which no worker of the group had ever answered
     seen: tuple[tuple[int | None, ...], list[int], str | None, str, datetime | None] = (
         (), [], None, "", None)  # what the last pass wrote: progress, stragglers, ..., when
 
@@ -149,7 +148,6 @@ class Poller:
                 metrics.BAD_PROGRESS_REPORTS.inc(bad)
             health = track(polls.health, targets, answers, self.clock())
             polls.health = mark_stragglers(health, targets.straggler_threshold)
-            polls.silent_polls = 0 if polls.health.ever_reported else polls.silent_polls + 1
             polls.due = asyncio.get_running_loop().time() + self._next_interval(polls)
             if news(polls):
                 self.notify(key)
@@ -163,11 +161,14 @@ class Poller:
             self._changed.set()
 
     def _next_interval(self, polls: JobPolls) -> float:
+        """Young groups fast; groups that never answered ever more rarely (a quarter of their
+        age, at most SILENT_MAX_SECONDS); the rest at their poll_interval. Jittered."""
+        age = asyncio.get_running_loop().time() - polls.born
         base = poll_interval(polls.targets, self.status_seconds)
-        if asyncio.get_running_loop().time() - polls.born < YOUNG_SECONDS:
+        if age < YOUNG_SECONDS:
             base = MIN_SECONDS
-        if polls.silent_polls > 1:
-            base = min(base * 2 ** (polls.silent_polls - 1), max(base, SILENT_MAX_SECONDS))
+        elif polls.health is None or not polls.health.ever_reported:
+            base = min(max(base, age / 4), SILENT_MAX_SECONDS)
         return base * random.uniform(0.9, 1.1)
 
     async def fetch_all(self, workers: Sequence[tuple[int, str]], port: int

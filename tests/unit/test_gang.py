@@ -134,3 +134,10 @@ def test_unavailable_message_says_what_to_install_and_what_happens() -> None:
     assert "'my-gang'" in message
     assert "spec.gang.enabled: false" in message
     assert "no workers are created" in message
+
+
+def test_operator_flag_for_the_default() -> None:
+    from multiworker.cli import parse_args
+
+    assert parse_args(["-A"]).default_gang_scheduling is False
+    assert parse_args(["-A", "--default-gang-scheduling"]).default_gang_scheduling is True

@@ -84,6 +84,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --metrics-port={{ .Values.metrics.port }}
 - --log-level={{ .Values.logging.level }}
 - --log-format={{ .Values.logging.format }}
+{{- if .Values.gangScheduling.default }}
+- --default-gang-scheduling
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}

@@ -37,6 +37,11 @@ ClusterRole for what is cluster-scoped by nature.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get]
+# Gang scheduling (spec.gang): one PodGroup per group generation, created with the workers and
+# deleted with them. Harmless where the PodGroup CRD is not installed.
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [get, list, watch, create, delete]
 {{- end }}
 
 {{/* Rules kopf needs cluster-wide in every mode. */}}

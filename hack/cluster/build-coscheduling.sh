@@ -41,6 +41,6 @@ ln -sf "podgroup-controller-$key" "$bin/podgroup-controller"
 crd=$bin/scheduling.x-k8s.io_podgroups-$SCHEDULER_PLUGINS_VERSION.yaml
 if [ ! -s "$crd" ]; then
   dir=$(cd "$src" && go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)
-  cp "$dir/manifests/coscheduling/crd.yaml" "$crd.tmp" && mv "$crd.tmp" "$crd"
+  install -m 644 "$dir/manifests/coscheduling/crd.yaml" "$crd.tmp" && mv "$crd.tmp" "$crd"
 fi
 ln -sf "$(basename "$crd")" "$bin/scheduling.x-k8s.io_podgroups.yaml"

@@ -38,28 +38,36 @@ profiles:
 EOT
 mv "$state/coscheduler.yaml.tmp" "$state/coscheduler.yaml"
 
-# restart_if_stale NAME BINARY: a process started from an older build is stopped, so the
-# `start` below runs the current one.
-restart_if_stale() {
-  local f=$state/pids/$1.pid pid
-  is_running "$1" || return 0
+coscheduler_cmd=(coscheduler --config "$state/coscheduler.yaml"
+  --authentication-kubeconfig "$state/scheduler.kubeconfig"
+  --authorization-kubeconfig "$state/scheduler.kubeconfig"
+  --bind-address 127.0.0.1 --secure-port "$coscheduler_port"
+  # Coscheduling requeues a group it rejected as a whole (at Permit) only on a new pod or a
+  # PodGroup change, not when other pods free their resources: such a group waits for
+  # kube-scheduler's periodic retry of unschedulable pods (5 min by default; 20 s here).
+  --pod-max-in-unschedulable-pods-duration 20s)
+controller_cmd=(podgroup-controller --kubeconfig "$state/podgroup-controller.kubeconfig")
+
+# restart_if_changed NAME COMMAND...: a process started from an older build or with other
+# arguments is stopped, so the `start` below runs the current one.
+restart_if_changed() {
+  local name=$1 f=$state/pids/$1.pid pid; shift
+  is_running "$name" || return 0
   pid=$(cat "$f")
-  [ "$(readlink -f "/proc/$pid/exe")" = "$(readlink -f "$2")" ] && return 0
-  log "restarting $1 ($pid): its binary was rebuilt"
+  [ "$(readlink -f "/proc/$pid/exe")" = "$(readlink -f "$bin/$1")" ] &&
+    [ "$(tr '\0' ' ' < "/proc/$pid/cmdline")" = "$* " ] && return 0
+  log "restarting $name ($pid): its binary or arguments changed"
   kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid"
   for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   kill -KILL -- "-$pid" 2>/dev/null || true
   rm -f "$f"
 }
-restart_if_stale coscheduler "$bin/coscheduler"
-restart_if_stale podgroup-controller "$bin/podgroup-controller"
+restart_if_changed coscheduler "${coscheduler_cmd[@]}"
+restart_if_changed podgroup-controller "${controller_cmd[@]}"
 
 log "coscheduler (schedulerName $scheduler_name), podgroup-controller"
-start coscheduler coscheduler --config "$state/coscheduler.yaml" \
-  --authentication-kubeconfig "$state/scheduler.kubeconfig" \
-  --authorization-kubeconfig "$state/scheduler.kubeconfig" \
-  --bind-address 127.0.0.1 --secure-port "$coscheduler_port"
-start podgroup-controller podgroup-controller --kubeconfig "$state/podgroup-controller.kubeconfig"
+start coscheduler "${coscheduler_cmd[@]}"
+start podgroup-controller "${controller_cmd[@]}"
 wait_until 60 "coscheduler /healthz" curl -fsSk "https://127.0.0.1:$coscheduler_port/healthz"
 for c in coscheduler podgroup-controller; do
   is_running "$c" || die "$c exited: see $state/logs/$c.log"

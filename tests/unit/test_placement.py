@@ -168,7 +168,7 @@ def test_partial_placement_says_which_job_holds_what() -> None:
     message = partial_placement_message(3, pods, cluster_pods=[*A_HOLDS_THREE, *pods])
     assert message == (
         "2 of 3 workers cannot be scheduled (worker-1: " + FIT_ERROR + "); "
-        "1 placed workers of this job wait for them, holding 1 nvidia.com/gpu; "
+        "1 placed worker of this job waits for them, holding 1 nvidia.com/gpu; "
         "nvidia.com/gpu is held by job ns/a 3 (3 pods), job ns/b 1 (1 pod); "
         "gang scheduling (spec.gang.enabled) would hold nothing until all fit"
     )
@@ -178,8 +178,16 @@ def test_partial_placement_without_holders_or_placed_workers() -> None:
     pods = [worker(i, gpus=8, unschedulable=FIT_ERROR) for i in range(2)]
     message = partial_placement_message(2, pods)
     assert message is not None
-    assert "placed workers" not in message
+    assert "placed worker" not in message
     assert "no running pod holds nvidia.com/gpu" in message
+
+
+def test_partial_placement_counts_several_placed_workers() -> None:
+    pods = [running(0, "b", gpus=2), running(1, "b", gpus=2), worker(2, gpus=2,
+                                                                   unschedulable=FIT_ERROR)]
+    message = partial_placement_message(3, pods)
+    assert message is not None
+    assert "2 placed workers of this job wait for them, holding 4 nvidia.com/gpu" in message
 
 
 def test_no_partial_placement_message_while_nothing_is_unschedulable() -> None:

@@ -230,7 +230,9 @@ def partial_placement_message(workers: int, pods: Sequence[Pod],
              f"({_worker(pod)}: {_clip(message)})"]
     if bound:
         holding = f", holding {held}" if held else ""
-        parts.append(f"{len(bound)} placed workers of this job wait for them{holding}")
+        placed = "1 placed worker of this job waits" if len(bound) == 1 else \
+            f"{len(bound)} placed workers of this job wait"
+        parts.append(f"{placed} for them{holding}")
     parts.extend(holders_text(r, resource_holders(cluster_pods, r)) for r in resources)
     parts.append("gang scheduling (spec.gang.enabled) would hold nothing until all fit")
     return "; ".join(parts)

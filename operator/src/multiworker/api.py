@@ -133,6 +133,31 @@ class HealthSpec(Model):
     """Abort a collective whose peer is gone after this long (MWJ_COLLECTIVE_TIMEOUT_SECONDS)."""
 
 
+DEFAULT_GANG_SCHEDULER = "scheduler-plugins-scheduler"
+
+
+class GangSpec(Model):
+    """Gang scheduling: place all workers of a group at once or none of them, so a group that
+    does not fit holds no GPUs while it waits, and two jobs that each fit alone cannot hold
+    each other's GPUs. Needs the scheduler-plugins coscheduling scheduler and its PodGroup CRD
+    (scheduling.x-k8s.io/v1alpha1); without the CRD the job says so in a condition and creates
+    no workers."""
+
+    enabled: bool | None = None
+    """true: every group gets a PodGroup with minMember = workers, and its pods carry the
+    PodGroup label and schedulerName. false: the scheduler places workers one by one. Unset:
+    the operator's default (--default-gang-scheduling; the chart's gangScheduling.default)."""
+    scheduler_name: str = Field(default=DEFAULT_GANG_SCHEDULER, min_length=1, max_length=253,
+                                pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """The scheduler whose profile enables the Coscheduling plugin; gang-scheduled workers get
+    it as spec.schedulerName (scheduler-plugins' own install names it
+    scheduler-plugins-scheduler)."""
+    schedule_timeout_seconds: int = Field(default=60, ge=1, le=86400)
+    """How long the scheduler keeps the places of the workers that fit while it looks for room
+    for the rest (the PodGroup's scheduleTimeoutSeconds); then it releases all of them and
+    tries the whole group again later."""
+
+
 def _object_default() -> dict[str, Any]:
     """Let the API server default a nested object so its own defaults show in the stored job."""
     return {"default": {}}
@@ -189,6 +214,7 @@ class MultiWorkerJobSpec(Model):
     discovery sets it). Unset: where nodes carry that label, the operator picks, for each new
     group, one product whose nodes can hold the whole group (status.gpuProduct), and says so
     when none can — workers of one group never mix GPU models."""
+    gang: GangSpec = Field(default=GangSpec(), json_schema_extra=_object_default())
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> MultiWorkerJobSpec:

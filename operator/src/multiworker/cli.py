@@ -57,6 +57,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="serve Prometheus metrics on this port (off when unset)")
     parser.add_argument("--health-port", type=int, metavar="PORT",
                         help="serve the liveness endpoint /healthz on this port")
+    parser.add_argument("--default-gang-scheduling", action="store_true",
+                        help="gang-schedule jobs that leave spec.gang.enabled unset (needs the "
+                        "coscheduling scheduler and the PodGroup CRD)")
     parser.add_argument("--log-format", choices=("text", "json"), default="text")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                         default="info")

@@ -271,7 +271,9 @@ def test_unschedulable_worker_is_reported_once() -> None:
     assert status["phase"] == "Pending" and status["ready"] == "2/3"
     running = next(c for c in status["conditions"] if c["type"] == "Running")
     assert running["reason"] == "Unschedulable"
-    assert running["message"] == f"worker-2 is not scheduled yet (Unschedulable: {message})"
+    assert running["message"].startswith(
+        f"1 of 3 workers cannot be scheduled (worker-2: {message}); 2 placed workers of this "
+        "job wait for them")
     assert [e for e in cluster.events if e[0] == "Warning"] == [
         ("Warning", "Unschedulable", running["message"])]
 

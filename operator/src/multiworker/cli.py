@@ -88,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     cluster = Cluster(Transport(api, settings), instance=identity)
     controller = Controller(cluster, None if args.all_namespaces else args.namespace,
                             identity, workers=args.workers,
-                            progress_status_seconds=args.progress_status_seconds)
+                            progress_status_seconds=args.progress_status_seconds,
+                            gang_default=args.default_gang_scheduling)
     scope = "all namespaces" if args.all_namespaces else ", ".join(args.namespace)
     if identity is None:
         log.warning("--standalone: NO LEADER ELECTION. This instance acts on every job in %s "

@@ -65,6 +65,8 @@ class Reason(StrEnum):
     RECONCILE_ERROR = "ReconcileError"
     PORT_BLOCKED = "PortBlocked"
     IMAGE_SKEW = "ImageSkew"
+    WAITING_FOR_GANG = "WaitingForGang"
+    GANG_UNAVAILABLE = "GangSchedulingUnavailable"
     NO_GPU_PRODUCT = "NoGpuProductWithRoom"
     PEERS_CONNECTED = "PeersConnected"
 

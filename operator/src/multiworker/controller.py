@@ -71,6 +71,7 @@ class Controller:
     resync_seconds: float = RESYNC_SECONDS
     error_backoff_seconds: float = ERROR_BACKOFF_SECONDS
     progress_status_seconds: float = 10.0
+    gang_default: bool = False  # --default-gang-scheduling
     clock: Callable[[], datetime] = utc_now
     view: View = field(init=False)
     queue: WorkQueue[Key] = field(init=False)
@@ -244,7 +245,8 @@ class Controller:
         started = time.perf_counter()
         try:
             outcome = await asyncio.to_thread(reconcile, self.view, key[0], key[1], now,
-                                              self.poller.health(key), expected)
+                                              self.poller.health(key), expected,
+                                              self.gang_default)
         except Exception as e:  # every error: log, report once per streak, retry with backoff
             await self._failed(key, e)
             return

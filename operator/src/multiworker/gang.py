@@ -28,13 +28,14 @@ KIND = "PodGroup"
 PLURAL = "podgroups"
 CRD_NAME = f"{PLURAL}.{API_GROUP}"
 # The label the Coscheduling plugin groups pods by (v1alpha1.PodGroupLabel).
-POD_GROUP_LABEL = f"{API_GROUP}/pod-group"
-
-# Reasons for the lead's conditions and Events (CamelCase, like conditions.Reason).
-REASON_WAITING_FOR_GANG = "WaitingForGang"
-REASON_GANG_UNAVAILABLE = "GangSchedulingUnavailable"
+POD_GROUP_LABEL = names.LABEL_POD_GROUP
 
 _SUFFIX = "-g"
+
+
+def pod_group_path(namespace: str, name: str | None = None) -> str:
+    path = f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}"
+    return f"{path}/{name}" if name else path
 
 
 def gang_enabled(spec: MultiWorkerJobSpec, default: bool) -> bool:

@@ -48,10 +48,16 @@ def slim(obj: Manifest) -> Manifest:
 
 
 def slim_pod(pod: Manifest) -> Manifest:
-    """A pod as observe.py reads it: metadata, node, and status — not the whole spec."""
+    """A pod as observe.py and placement.py read it: metadata, node, the containers' names and
+    resources, and status — not the whole spec (commands, env, volumes)."""
     pod = slim(pod)
     spec = pod.get("spec") or {}
-    return {**pod, "spec": {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec}}
+    kept: Manifest = {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec}
+    for key in ("containers", "initContainers"):
+        if key in spec:
+            kept[key] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
+                         for c in spec[key]]
+    return {**pod, "spec": kept}
 
 
 def slim_node(node: Manifest) -> Manifest:

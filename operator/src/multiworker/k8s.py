@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,7 +43,9 @@ FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
     ("", "events"): frozenset({"create"}),
     ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
     ("", "nodes"): frozenset({"list", "watch"}),
+    ("scheduling.x-k8s.io", "podgroups"): frozenset({"create", "get", "delete"}),
 }
+API_SERVED_TTL_SECONDS = 30.0  # how long a discovery answer (is the PodGroup API served?) holds
 
 
 class Created(StrEnum):
@@ -106,6 +109,7 @@ class Cluster:
     def __init__(self, rest: Transport, instance: str | None = None) -> None:
         self.rest = rest
         self.instance = instance or socket.gethostname()  # Events' reportingInstance
+        self._served: dict[str, tuple[bool, float]] = {}
 
     # --- lists and watches, for the informers ---
 
@@ -178,6 +182,20 @@ class Cluster:
 
     def get_object(self, path: str) -> Manifest | None:
         return self._get(path)
+
+    def delete_object(self, path: str) -> None:
+        self._delete(path, {})
+
+    def api_served(self, group_version: str, plural: str) -> bool:
+        """Whether discovery lists `plural` in `group_version` (a CRD installed and
+        established), remembered for API_SERVED_TTL_SECONDS."""
+        now = time.monotonic()
+        known = self._served.get(group_version)
+        if known is None or now - known[1] > API_SERVED_TTL_SECONDS:
+            found = self._get(f"/apis/{group_version}")
+            served = any(r.get("name") == plural for r in (found or {}).get("resources", []))
+            known = self._served[group_version] = (served, now)
+        return known[0]
 
     # --- leases (leader election) ---
 

@@ -16,6 +16,8 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 LABEL_JOB_NAME = f"{GROUP}/job-name"
 LABEL_WORKER_INDEX = f"{GROUP}/worker-index"
 LABEL_GROUP_GENERATION = f"{GROUP}/group-generation"
+# The coscheduling plugin groups pods by this label (gang scheduling, gang.py).
+LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
 FINALIZER = f"{GROUP}/finalizer"
 # One Lease per namespace with jobs: its holder is the operator instance that acts there.
 LEASE_NAME = "multiworker-operator"

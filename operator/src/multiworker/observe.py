@@ -80,6 +80,7 @@ class StalePod:
     generation: int | None
     deletion: datetime | None  # when the API server will remove it (already terminating)
     node: str = ""  # where it runs: a pod on a lost node never terminates by itself
+    pod_group: str = ""  # its gang's PodGroup, which goes with it
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ def observe_group(
                 name=meta.get("name", ""), uid=meta.get("uid", ""), generation=pod_generation,
                 deletion=_time(meta.get("deletionTimestamp")),
                 node=(pod.get("spec") or {}).get("nodeName") or "",
+                pod_group=labels.get(names.LABEL_POD_GROUP, ""),
             ))
     def absent(i: int) -> WorkerState:
         pod = names.worker_name(job, i)

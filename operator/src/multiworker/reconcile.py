@@ -3,7 +3,8 @@
 stop if finished → delete stale generations → suspend/resume → record progress → success
 policy → failure policy (failures, image skew, lost nodes, stuck starts) → hang policy →
 create the group (creation.py) → Running condition. Jobs the steps cannot run on — an
-unreadable status, an invalid spec — are unrunnable.py's. The status is written once, at the end (commit.py), and Events only after
+unreadable status, an invalid spec — are unrunnable.py's. The status is written once, at the
+end (commit.py), and Events only after
 that write succeeded. A pass reads the job, its pods and nodes from the watch-fed caches and
 decides from them alone, so the operator can be killed at any instant and converges when
 restarted.
@@ -22,7 +23,8 @@ from multiworker.api import CleanPodPolicy
 from multiworker.commit import commit
 from multiworker.conditions import Reason, Type
 from multiworker.context import ClusterIO, Flow, Outcome, Pass
-from multiworker.creation import ensure_workers, still_blocked
+from multiworker.creation import ensure_workers, still_blocked, why_not_placed
+from multiworker.gang import pod_group_path
 from multiworker.hang import find_stall
 from multiworker.job import InvalidJobSpec, Job
 from multiworker.k8s import Conflict, Gone, PodDeletion
@@ -59,9 +61,11 @@ FORCE_DELETE_AFTER = timedelta(seconds=30)
 def reconcile(
     cluster: ClusterIO, namespace: str, name: str, now: datetime,
     health: GroupHealth | None = None, expected: Collection[str] = (),
+    gang_default: bool = False,
 ) -> Outcome:
     """One pass; `health` is the workers' progress as last polled (poller.py), `expected`
-    the pods this operator created that the cache has not shown yet."""
+    the pods this operator created that the cache has not shown yet, `gang_default` whether
+    jobs that leave spec.gang.enabled unset are gang-scheduled."""
     body = cluster.cached_job(namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return Outcome(gone=True)
@@ -81,7 +85,7 @@ def reconcile(
     troubles = _troubles(cluster, {w.node for w in group.workers} | {s.node for s in group.stale})
     log = job_logger(namespace, name, status.group_generation)
     p = Pass(cluster, body, job, group, troubles, now, status.model_copy(deep=True), log,
-             health)
+             health, pods=pods, gang_default=gang_default)
     for step in STEPS:
         if step(p) is Flow.DONE:
             break
@@ -148,6 +152,10 @@ def delete_stale_pods(p: Pass) -> Flow:
         p.emit(Reason.STALE_POD_FORCE_DELETED, message)
         deletions.append(PodDeletion(ns, pod.name, pod.uid, grace=0))
     p.cluster.delete_pods(deletions)
+    # A gang's PodGroup (one per generation, gang.py) goes with its pods, once.
+    for pod_group in sorted({pod.pod_group for pod in p.group.stale
+                             if pod.pod_group and pod.deletion is None}):
+        p.cluster.delete_object(pod_group_path(ns, pod_group))
     return Flow.CONTINUE
 
 
@@ -204,7 +212,7 @@ def compute_status(p: Pass) -> Flow:
     if group.all_running and not group.stale:
         group_running(p)
         return Flow.CONTINUE
-    reason, message = p.blocked or still_blocked(p) or waiting_for(p)
+    reason, message = p.blocked or still_blocked(p) or why_not_placed(p) or waiting_for(p)
     not_running(p, reason, message)
     p.wake_at(startup_deadline(p.job.spec, group))
     return Flow.CONTINUE

@@ -54,6 +54,11 @@ class View:
     def cached_node(self, name: str) -> Manifest | None:
         return self.node_store.get(("", name))
 
+    def cached_all_pods(self) -> list[Manifest]:
+        """Every pod the operator watches (all jobs'): who holds what, for placement
+        messages."""
+        return [pod for key in self.pod_store if (pod := self.pod_store.get(key))]
+
     def cached_nodes(self) -> list[Manifest]:
         return [node for key in self.node_store if (node := self.node_store.get(key))]
 
@@ -79,6 +84,18 @@ class View:
 
     def delete_pods(self, deletions: Sequence[PodDeletion]) -> None:
         self.cluster.delete_pods(deletions)
+
+    def api_served(self, group_version: str, plural: str) -> bool:
+        return self.cluster.api_served(group_version, plural)
+
+    def create_object(self, path: str, manifest: Manifest) -> Created:
+        return self.cluster.create_object(path, manifest)
+
+    def get_object(self, path: str) -> Manifest | None:
+        return self.cluster.get_object(path)
+
+    def delete_object(self, path: str) -> None:
+        self.cluster.delete_object(path)
 
     def emit_event(self, job: Manifest, type_: str, reason: str, message: str,
                    now: datetime) -> None:

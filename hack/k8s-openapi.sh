@@ -7,13 +7,13 @@
 # K8S_VERSION (hack/cluster/versions.env), from the Go module cache or the Go module proxy.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-# shellcheck source=cluster/versions.env
+# shellcheck source=hack/cluster/versions.env
 source "$repo/hack/cluster/versions.env"
 py=${PY:-$repo/.venv/bin/python}
 command -v go >/dev/null || { echo "k8s-openapi.sh: needs Go (go mod download)" >&2; exit 1; }
 # Outside any module, so that only the version named here counts.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-dir=$(cd "$tmp" && GOFLAGS= go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
+dir=$( (cd "$tmp" && GOFLAGS='' go mod download -json "k8s.io/kubernetes@$K8S_VERSION") \
   | "$py" -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
 "$py" -m multiworker.openapi extract "$dir/api/openapi-spec/v3/api__v1_openapi.json" "$K8S_VERSION"

@@ -75,7 +75,8 @@ def structural(node: Schema, schemas: Schema, path: str = "") -> Schema:
         siblings = {k: v for k, v in node.items() if k not in ("$ref", "allOf")}
         if name in _INT_OR_STRING_TYPES:
             description = siblings.get("description", schemas[name].get("description"))
-            return {"description": description, **INT_OR_STRING} if description else INT_OR_STRING
+            return {"description": description, **INT_OR_STRING} if description else {
+                **INT_OR_STRING}
         return structural({**schemas[name], **siblings}, schemas, path)
     out: Schema = {}
     for key, value in node.items():
@@ -105,7 +106,7 @@ def _items(node: Schema, schemas: Schema, path: str) -> Schema:
     name = _target(resolved, path)
     if name is not None:
         resolved = schemas[name]
-    for key in keys - set(items.get("required", ())):
+    for key in sorted(keys - set(items.get("required", ()))):
         source = resolved.get("properties", {}).get(key, {})
         if "default" not in source:
             raise ValueError(f"{path}: list-map key {key!r} is neither required nor defaulted")

@@ -109,7 +109,6 @@ build_python() {
   need buildah buildah
   for src in "$@"; do [ -e "$repo/$src" ] || die "$name: $src is missing from the repo"; done
   build_base
-  "$here/wheels.sh" "$name"
   # Wheels come in through a read-only bind mount, so they never land in a layer. --layers
   # keeps each step as a cached layer: a source change rebuilds only the small top layers.
   local bud=(--isolation chroot --pull=never --layers --file "$dockerfile"
@@ -119,6 +118,7 @@ build_python() {
   key=$(hash_text "$(hash_tree "images/$name" images/common "$@")" "${bud[@]#"$repo"/}")
   up_to_date "$name" "$key" && return 0
 
+  "$here/wheels.sh" "$name"
   local t0=$SECONDS old new
   old=$(buildah inspect --type image --format '{{.FromImageID}}' "$(ref "$name")" 2>/dev/null || true)
   log "$name: building $(ref "$name") from $base_ref ${base_id:0:12} (log: $archives/$name.build.log)"

@@ -1,4 +1,4 @@
-"""What the two benchmarks share: commands and reads against the cluster, and the real operator.
+"""What the benchmarks share: commands and reads against the cluster, operator processes.
 
 Polling comes from the suite (tests/support.py). The benchmarks run as scripts from the repo
 root; each puts the root on sys.path before importing this module.

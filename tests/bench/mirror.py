@@ -106,7 +106,7 @@ class Mirror:
     def _watch(self, kind: str, version: str) -> None:
         while not self._stop.is_set():
             response = self._call(kind, watch=True, resource_version=version,
-                                  timeout_seconds=120)
+                                  timeout_seconds=1800)  # no re-watch inside a window
             self._responses.append(response)
             try:
                 for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]

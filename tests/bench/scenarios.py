@@ -8,6 +8,7 @@ to be replaced), and the job's own status saying so (contenders.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -66,12 +67,13 @@ class Unit:
     def fail_pod(self, name: str) -> None:
         """Report the pod's container exited 137 (killed), as a kubelet would. kwok leaves the
         pod alone after that: its pod-ready stage only matches pods without an IP."""
-        pod = self.cluster.core.read_namespaced_pod(name, self.namespace).to_dict()
+        pod = json.loads(self.cluster.core.read_namespaced_pod(
+            name, self.namespace, _preload_content=False).data)
         now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        started = pod["status"]["start_time"].isoformat().replace("+00:00", "Z")
-        conds = [{"type": c["type"], "status": "False" if c["type"] in (
-                    "Ready", "ContainersReady") else c["status"], "lastTransitionTime": now}
-                 for c in pod["status"]["conditions"] or []]
+        started = pod["status"].get("startTime", now)
+        conds = [dict(c, status="False", lastTransitionTime=now)
+                 if c["type"] in ("Ready", "ContainersReady") else c
+                 for c in pod["status"].get("conditions") or []]
         status = {"phase": "Failed", "conditions": conds, "containerStatuses": [{
             "name": CONTAINER, "image": pod["spec"]["containers"][0]["image"], "imageID": "",
             "ready": False, "started": False, "restartCount": 0,

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -85,6 +86,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scale-timeout", type=float, default=2400)
     p.add_argument("--lock", default="/tmp/mw-cluster.lock")
     p.add_argument("--no-lock", action="store_true", help="the caller holds the cluster lock")
+    p.add_argument("--lock-per", choices=("unit", "scenario", "run"), default="scenario",
+                   help="hold the cluster lock per unit (one rep of one operator), per "
+                   "scenario (default: every rep of both) or for the whole run")
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 1 rep, 16 workers, 32 to delete, steady 5x4, scale "
                    "20x8, 10 s windows")
@@ -123,8 +127,10 @@ def pods_needed(args: argparse.Namespace) -> int:
 
 def ensure_cluster(cluster: Cluster, args: argparse.Namespace, contenders: list[Contender]
                    ) -> None:
-    """Fake nodes (kwok) for the largest scenario, the CRDs and the operators' identities; cheap
-    when already in place (another user of the cluster may have changed them)."""
+    """The cluster up (up.sh repairs a broken one), fake nodes (kwok) for the largest scenario,
+    the CRDs and the operators' identities; cheap when already in place (another user of the
+    cluster may have changed them since our last hold of the lock)."""
+    cluster.run(REPO / "hack/cluster/up.sh")
     nodes = math.ceil(pods_needed(args) / args.gpus_per_node) + 1
     cluster.run(REPO / "hack/cluster/fake-nodes.sh", str(nodes), str(args.gpus_per_node))
     for c in contenders:
@@ -171,6 +177,25 @@ def run_unit(cluster: Cluster, args: argparse.Namespace, c: Contender, scenario:
         teardown(cluster, c, ns)
 
 
+def run_scenario(cluster: Cluster, args: argparse.Namespace, contenders: list[Contender],
+                 scenario: str, logs: Path, results: report.Results) -> None:
+    reps = args.scale_reps if scenario == "scale" else args.reps
+    for rep in range(reps):
+        order = contenders if rep % 2 == 0 else contenders[::-1]  # ABBA: no drift
+        for c in order:
+            t = time.monotonic()
+            with cluster_lock(args) if args.lock_per == "unit" else contextlib.nullcontext():
+                try:
+                    ensure_cluster(cluster, args, contenders)
+                    figures = run_unit(cluster, args, c, scenario, logs)
+                except (AssertionError, RuntimeError, ApiException) as e:
+                    print(f"  {scenario} rep {rep} {c.name}: FAILED: {e}", file=sys.stderr)
+                    figures = {"error": str(e).strip().splitlines()[0][:60]}
+            results.add(scenario, c.name, figures)
+            print(f"  {scenario} rep {rep} {c.name} ({time.monotonic() - t:.0f}s): "
+                  f"{report.brief(figures)}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     cluster = Cluster(Path(os.environ.get("KUBECONFIG", REPO / ".cluster/kubeconfig")))
@@ -180,29 +205,19 @@ def main(argv: list[str] | None = None) -> None:
     logs = Path(tempfile.mkdtemp(prefix="mw-side-by-side-"))
     results = report.Results()
     print(f"operator logs in {logs}", file=sys.stderr)
+    holds = ([args.scenario_list] if args.lock_per == "run"
+             else [[s] for s in args.scenario_list])
     try:
-        for scenario in args.scenario_list:
-            reps = args.scale_reps if scenario == "scale" else args.reps
-            for rep in range(reps):
-                order = contenders if rep % 2 == 0 else contenders[::-1]  # ABBA: no drift
-                for c in order:
-                    t = time.monotonic()
-                    with cluster_lock(args):
-                        ensure_cluster(cluster, args, contenders)
-                        try:
-                            figures = run_unit(cluster, args, c, scenario, logs)
-                        except (AssertionError, RuntimeError) as e:
-                            print(f"  {scenario} rep {rep} {c.name}: FAILED: {e}",
-                                  file=sys.stderr)
-                            figures = {"error": str(e).splitlines()[0][:60]}
-                    results.add(scenario, c.name, figures)
-                    print(f"  {scenario} rep {rep} {c.name} ({time.monotonic() - t:.0f}s): "
-                          f"{report.brief(figures)}", file=sys.stderr, flush=True)
+        for i, scenarios in enumerate(holds):
+            with cluster_lock(args) if args.lock_per != "unit" else contextlib.nullcontext():
+                for scenario in scenarios:
+                    run_scenario(cluster, args, contenders, scenario, logs, results)
+                if i == len(holds) - 1:  # still holding the lock: no fake nodes left behind
+                    with (cluster_lock(args) if args.lock_per == "unit"
+                          else contextlib.nullcontext()), contextlib.suppress(RuntimeError):
+                        cluster.run(REPO / "hack/cluster/fake-nodes.sh", "--delete")
     finally:
-        with cluster_lock(args), contextlib.suppress(RuntimeError):
-            cluster.run(REPO / "hack/cluster/fake-nodes.sh", "--delete")
         print(report.table(results, args, [c.name for c in contenders]))
-
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from tests.bench.contenders import CONTAINER, Contender, Running
 from tests.bench.harness import Cluster, Obj, cpu_seconds, rss_bytes
@@ -67,8 +68,9 @@ class Unit:
     def fail_pod(self, name: str) -> None:
         """Report the pod's container exited 137 (killed), as a kubelet would. kwok leaves the
         pod alone after that: its pod-ready stage only matches pods without an IP."""
-        pod = json.loads(self.cluster.core.read_namespaced_pod(
-            name, self.namespace, _preload_content=False).data)
+        raw: Any = self.cluster.core.read_namespaced_pod(name, self.namespace,
+                                                         _preload_content=False)
+        pod = json.loads(raw.data)
         now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         started = pod["status"].get("startTime", now)
         conds = [dict(c, status="False", lastTransitionTime=now)

@@ -7,6 +7,7 @@ watching only the namespace of the repetition (--namespace), so every figure is 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 
@@ -79,8 +81,10 @@ class Contender:
     def prepare(self, cluster: Cluster, namespace: str) -> None:
         """Whatever the namespace needs before the operator starts."""
 
-    def start(self, env: dict[str, str], namespace: str,
+    def start(self, cluster: Cluster, env: dict[str, str], namespace: str,
               log: Path) -> contextlib.AbstractContextManager[Running]:
+        """The operator for `namespace` (env: its own KUBECONFIG), once ready; `cluster` is
+        the harness's admin access, for what a kubelet would do for it."""
         raise NotImplementedError
 
     def manifest(self, name: str, workers: int, spec: Obj) -> Obj:
@@ -106,7 +110,8 @@ class Multiworker(Contender):
                         f"crd/{self.plural}.{self.group}")
 
     @contextlib.contextmanager
-    def start(self, env: dict[str, str], namespace: str, log: Path) -> Iterator[Running]:
+    def start(self, cluster: Cluster, env: dict[str, str], namespace: str,
+              log: Path) -> Iterator[Running]:
         health, metrics = free_port(), free_port()
         cmd = [str(OPERATOR), "--standalone", "--namespace", namespace, "--health-port",
                str(health), "--metrics-port", str(metrics), *self.extra_args]
@@ -139,9 +144,11 @@ def conditions(job: Obj) -> dict[str, str]:
 @dataclass(frozen=True)
 class TFJob(Contender):
     """Kubeflow training-operator (hack/bench/build-tfjob.sh), TFJob scheme only, its defaults:
-    one controller thread, no gang scheduling, no leader election. Its webhook certificates go
-    to a Secret in the namespace it runs for (MY_POD_NAMESPACE, as its Deployment sets it); no
-    ValidatingWebhookConfiguration is installed, so the API server never calls it."""
+    one controller thread, no gang scheduling, no leader election. Its certificate rotator
+    fills a Secret in the namespace it runs for (MY_POD_NAMESPACE, as its Deployment sets it)
+    and waits for the files a Secret volume would give it, which the harness writes
+    (mount_secret). No ValidatingWebhookConfiguration is installed, so the API server never
+    calls its webhook: a TFJob create costs no admission round trip here."""
 
     def install(self, cluster: Cluster) -> None:
         if not (TFJOB_BIN.exists() and TFJOB_CRD.exists()):
@@ -156,7 +163,8 @@ class TFJob(Contender):
             namespace, client.V1Secret(metadata=client.V1ObjectMeta(name=TFJOB_SECRET)))
 
     @contextlib.contextmanager
-    def start(self, env: dict[str, str], namespace: str, log: Path) -> Iterator[Running]:
+    def start(self, cluster: Cluster, env: dict[str, str], namespace: str,
+              log: Path) -> Iterator[Running]:
         health, metrics, webhook = free_port(), free_port(), free_port()
         cmd = [str(TFJOB_BIN), "--enable-scheme=tfjob", "--namespace", namespace,
                f"--metrics-bind-address=127.0.0.1:{metrics}",
@@ -166,6 +174,8 @@ class TFJob(Contender):
         shutil.rmtree(certs, ignore_errors=True)  # left by an earlier run, for another namespace
 
         def ready() -> bool:  # certificates in place, then its TFJob workers started
+            if not (certs / "tls.crt").exists():
+                mount_secret(cluster, namespace, certs)
             return (http_ok(f"http://127.0.0.1:{health}/readyz")
                     and "Starting workers" in log.read_text(errors="replace"))
 
@@ -189,6 +199,22 @@ class TFJob(Contender):
 
     def failed(self, job: Obj) -> bool:
         return conditions(job).get("Failed") == "True"
+
+
+def mount_secret(cluster: Cluster, namespace: str, directory: Path) -> None:
+    """What the kubelet does for its Deployment (a Secret volume): its certificate rotator
+    fills the Secret, then waits for the files to appear in `directory`."""
+    secret: Any = cluster.core.read_namespaced_secret(TFJOB_SECRET, namespace)
+    data = secret.data or {}
+    if "tls.crt" not in data:
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    for key, value in data.items():
+        (directory / f".{key}").write_bytes(base64.b64decode(value))
+    for key in data:  # tls.crt last: its presence is what the rotator waits for
+        if key != "tls.crt":
+            (directory / f".{key}").rename(directory / key)
+    (directory / ".tls.crt").rename(directory / "tls.crt")
 
 
 CONTENDERS: dict[str, Contender] = {

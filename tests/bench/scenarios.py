@@ -41,7 +41,7 @@ class Unit:
         self.starts += 1
         log = self.logs / f"{self.namespace}-{self.starts}.log"
         spawned = time.monotonic()
-        with self.contender.start(self.env, self.namespace, log) as running:
+        with self.contender.start(self.cluster, self.env, self.namespace, log) as running:
             running.started = spawned
             yield running
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -80,10 +81,14 @@ class Mirror:
                 raise RuntimeError(f"mirror: no initial list of {kind} in {namespace}")
 
     def close(self) -> None:
+        """Stop both threads. Their watches are ended by shutting the socket down: closing the
+        response from here would wait for the lock its reader holds while blocked."""
         self._stop.set()
         for response in list(self._responses):
-            with contextlib.suppress(Exception):
-                response.close()
+            sock = getattr(getattr(response, "connection", None), "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def _call(self, kind: str, **kw: Any) -> Any:
         if kind == "pods":
@@ -118,7 +123,8 @@ class Mirror:
                     self._apply(kind, event["type"], obj)
             finally:
                 self._responses.remove(response)
-                response.release_conn()
+                with contextlib.suppress(Exception):
+                    response.release_conn()
 
     def _replace(self, kind: str, items: list[Obj]) -> None:
         with self._changed:

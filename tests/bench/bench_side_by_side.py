@@ -18,8 +18,8 @@ what it made. Scenarios (sizes are flags):
   TFJob fails the job instead, reported as such);
 - steady: --steady JOBSxWORKERS all Running, then over --window seconds: the operator's own API
   requests/s (counted by the API server for its user; identity.py) and by its own client where
-  it exports a counter, the API server's request rate above a baseline taken with no operator
-  running, the operator's CPU % and RSS;
+  it exports a counter, the API server's request rate above a baseline taken right after the
+  operator stops (same objects, no operator), the operator's CPU % and RSS;
 - scale: the same at --scale (default 1000x8), then an operator restart (scenarios.py
   restart_check): canary jobs failed while it was down must be Running again within 60 s, and
   no other pod created or deleted.
@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench import report
 from tests.bench.contenders import CONTENDERS, Contender, Multiworker, pod_spec
-from tests.bench.harness import REPO, Cluster
+from tests.bench.harness import REPO, Cluster, wait_for
 from tests.bench.identity import install, kubeconfig_for
 from tests.bench.mirror import Mirror
 from tests.bench.scenarios import Figures, Unit, start_and_fail, steady
@@ -151,6 +151,15 @@ def teardown(cluster: Cluster, c: Contender, ns: str) -> None:
     cluster.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
     cluster.core.delete_collection_namespaced_service(ns)
     cluster.core.delete_namespace(ns)
+
+    def gone() -> bool:
+        try:
+            cluster.core.read_namespace(ns)
+        except ApiException as e:
+            return bool(e.status == 404)
+        return False
+
+    wait_for(gone, 180, 0.5, f"namespace {ns} deleted")  # the next unit starts quiet
 
 
 def run_unit(cluster: Cluster, args: argparse.Namespace, c: Contender, scenario: str,

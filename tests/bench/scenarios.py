@@ -130,10 +130,10 @@ def all_jobs_running(unit: Unit, workers: int, names: list[str]) -> Callable[[St
     return done
 
 
-def measure_window(unit: Unit, running: Running, seconds: float, baseline: float) -> Figures:
+def measure_window(unit: Unit, running: Running, seconds: float) -> Figures:
     """The operator's own API requests (counted by the API server per user, and by itself where
-    it can), the API server's whole request rate above `baseline`, CPU and RSS, over
-    `seconds` while the harness sends nothing."""
+    it can), the API server's whole request rate, CPU and RSS, over `seconds` while the
+    harness sends nothing."""
     pid, c = running.proc.pid, unit.contender
     a0, s0, cpu0, t0 = (ApiServerCounts.read(unit.cluster),
                         scrape_sum(running.metrics_port, c.request_metrics),
@@ -146,15 +146,16 @@ def measure_window(unit: Unit, running: Running, seconds: float, baseline: float
     return {
         "req_user": (a1.of(c.name) - a0.of(c.name)) / dt,
         "req_self": "-" if s0 is None or s1 is None else (s1 - s0) / dt,
-        "req_apiserver": (a1.total - a0.total) / dt - baseline,
+        "req_total": (a1.total - a0.total) / dt,
         "cpu": 100 * (cpu1 - cpu0) / dt,
         "rss": rss_bytes(pid) / 2**20,
     }
 
 
 def baseline_rate(unit: Unit, seconds: float) -> float:
-    """The API server's request rate with no operator running (kubelet, kwok's heartbeats,
-    controllers)."""
+    """The API server's request rate with the same objects in place and no operator running
+    (kubelet, kwok's heartbeats, controllers): taken right after the operator stops, since
+    before it the previous unit's clean-up may still be echoing."""
     a0, t0 = ApiServerCounts.read(unit.cluster), time.monotonic()
     time.sleep(seconds)
     a1, t1 = ApiServerCounts.read(unit.cluster), time.monotonic()
@@ -165,9 +166,8 @@ def steady(unit: Unit, jobs: int, workers: int, settle: float, window: float,
            base_seconds: float, canaries: int = 0, restart_limit: float = 60) -> Figures:
     """`jobs` x `workers`: apply all -> all Running; then the steady figures; with `canaries`,
     an operator restart too (restart_check)."""
-    base = baseline_rate(unit, base_seconds)
     names = [f"job-{i:04d}" for i in range(jobs)]
-    out: Figures = {"baseline": base}
+    out: Figures = {}
     with unit.operator() as running:
         t0 = time.monotonic()
         for name in names:
@@ -175,7 +175,12 @@ def steady(unit: Unit, jobs: int, workers: int, settle: float, window: float,
         out["all_running"] = unit.wait(all_jobs_running(unit, workers, names),
                                        f"{jobs}x{workers} Running", pods=jobs * workers) - t0
         time.sleep(settle)
-        out.update(measure_window(unit, running, window, base))
+        out.update(measure_window(unit, running, window))
+    time.sleep(3)  # its last requests answered
+    out["baseline"] = base = baseline_rate(unit, base_seconds)
+    total = out.pop("req_total")
+    assert isinstance(total, float)
+    out["req_apiserver"] = total - base
     if canaries:
         out.update(restart_check(unit, names, workers, canaries, restart_limit))
     return out

@@ -12,7 +12,9 @@ Value = float | str
 ROWS: list[tuple[str, str, str]] = [
     ("start", "start", "apply -> {w} workers Running, s"),
     ("fail", "fail", "worker exits 137 -> {w} Running again, s"),
+    ("fail", "fail_failed", "worker exits 137 -> job Failed instead, s"),
     ("delete", "delete", "1 of {d} pods deleted -> Running again, s"),
+    ("delete", "delete_failed", "1 of {d} pods deleted -> job Failed instead, s"),
     ("steady", "all_running", "{s}: apply -> all Running, s"),
     ("steady", "req_user", "{s} steady: operator requests/s (API server, its user)"),
     ("steady", "req_self", "{s} steady: operator requests/s (its own counter)"),

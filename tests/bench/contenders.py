@@ -113,7 +113,7 @@ class Multiworker(Contender):
     def start(self, cluster: Cluster, env: dict[str, str], namespace: str,
               log: Path) -> Iterator[Running]:
         health, metrics = free_port(), free_port()
-        cmd = [str(OPERATOR), "--standalone", "--namespace", namespace, "--health-port",
+        cmd = [str(OPERATOR), "--identity", "bench", "--namespace", namespace, "--health-port",
                str(health), "--metrics-port", str(metrics), *self.extra_args]
         ready = f"http://127.0.0.1:{health}/healthz"
         with process(cmd, env, log, lambda: http_ok(ready)) as proc:

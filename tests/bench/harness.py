@@ -112,7 +112,7 @@ def operator(cluster: Cluster, namespace: str, log: Path, *options: str,
     """The real operator for `namespace` with extra command-line `options`, as the integration
     tier runs it; stopped (SIGTERM, then SIGKILL) on the way out."""
     health = free_port()
-    cmd = [str(OPERATOR), "--standalone", "--namespace", namespace,
+    cmd = [str(OPERATOR), "--identity", "bench", "--namespace", namespace,
            "--health-port", str(health), *options]
     with process(cmd, cluster.env, log, lambda: http_ok(f"http://127.0.0.1:{health}/healthz"),
                  ready_timeout) as proc:

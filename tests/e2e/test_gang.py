@@ -232,6 +232,14 @@ def test_preempted_gang_restarts_whole_as_a_disruption_and_resumes(
 
 # ---- a cluster without the PodGroup CRD: a private control plane of this test alone ----
 
+
+def established(cluster: Cluster, crd: str) -> None:
+    """Poll for Established: `kubectl wait` errors out while a new CRD has no conditions."""
+    path = "{.status.conditions[?(@.type=='Established')].status}"
+    wait_for(lambda: cluster.kubectl("get", "crd", crd, "-o", f"jsonpath={path}",
+                                     check=False).stdout == "True", 60,
+             describe=f"CRD {crd} to be Established")
+
 @pytest.fixture
 def bare_api_server(cluster: Cluster, tmp_path: Path) -> Iterator[Cluster]:
     """An etcd and a kube-apiserver of our own, with the MultiWorkerJob CRD and nothing else.
@@ -280,8 +288,7 @@ def bare_api_server(cluster: Cluster, tmp_path: Path) -> Iterator[Cluster]:
                  120, describe=lambda: "the private kube-apiserver to be ready\n"
                  + (logs / "kube-apiserver.log").read_text()[-3000:])
         bare.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
-        bare.kubectl("wait", "--for=condition=Established",
-                     "crd/multiworkerjobs.multiworker.dev", "--timeout=60s")
+        established(bare, "multiworkerjobs.multiworker.dev")
         yield bare
     finally:
         for proc in reversed(processes):
@@ -324,7 +331,7 @@ def test_gang_job_without_the_pod_group_crd_says_so_and_recovers_once_installed(
 
         # Installing the CRD later is enough: the job goes on without an operator restart.
         bare.kubectl("apply", "--server-side", "-f", str(BIN / "scheduling.x-k8s.io_podgroups.yaml"))
-        bare.kubectl("wait", "--for=condition=Established", f"crd/{PG_CRD}", "--timeout=60s")
+        established(bare, PG_CRD)
         wait_for(lambda: pod_group(jobs, "g-g0"), 120,
                  describe=lambda: f"the PodGroup once the CRD exists\n{jobs.describe('g')}")
 

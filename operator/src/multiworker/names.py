@@ -59,6 +59,13 @@ def worker_labels(job: str, index: int, generation: int) -> dict[str, str]:
     }
 
 
+def checkpoint_subdir(namespace: str, job: str, uid: str) -> str:
+    """The job's own checkpoint directory, relative to the claim's mount path. The uid makes a
+    job deleted and applied again under the same name a different directory (it starts afresh
+    instead of restoring the old run); namespace and name keep it findable by eye."""
+    return f"{namespace}/{job}-{uid}"
+
+
 def label_selector(labels: dict[str, str]) -> str:
     """Render labels as a Kubernetes label selector string."""
     return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import posixpath
 from typing import Any
 
 from multiworker import names
@@ -47,6 +48,8 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
     values: dict[str, str] = {
         "TF_CONFIG": json.dumps(config, separators=(",", ":")),
         "MWJ_JOB_NAME": job.name,
+        "MWJ_JOB_NAMESPACE": job.namespace,
+        "MWJ_JOB_UID": job.uid,
         "MWJ_NUM_WORKERS": str(spec.workers),
         "MWJ_WORKER_INDEX": str(index),
         "MWJ_RESTART_COUNT": str(generation),
@@ -54,8 +57,13 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
         "MWJ_PEER_TIMEOUT_SECONDS": str(spec.health.peer_timeout_seconds),
         "MWJ_COLLECTIVE_TIMEOUT_SECONDS": str(spec.health.collective_timeout_seconds),
     }
-    if spec.checkpoint is not None:
-        values["MWJ_CHECKPOINT_DIR"] = spec.checkpoint.mount_path
+    checkpoint = spec.checkpoint
+    if checkpoint is not None:
+        own = names.checkpoint_subdir(job.namespace, job.name, job.uid)
+        values["MWJ_CHECKPOINT_DIR"] = posixpath.join(checkpoint.mount_path, own)
+        if checkpoint.resume_from is not None:
+            resume_dir = posixpath.join(checkpoint.mount_path, checkpoint.resume_from)
+            values["MWJ_RESUME_FROM_DIR"] = resume_dir
     return [{"name": name, "value": value} for name, value in values.items()]
 
 

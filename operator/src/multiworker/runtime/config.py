@@ -16,10 +16,13 @@ from multiworker.runtime.errors import ConfigError
 
 TF_CONFIG = "TF_CONFIG"
 MWJ_JOB_NAME = "MWJ_JOB_NAME"
+MWJ_JOB_NAMESPACE = "MWJ_JOB_NAMESPACE"
+MWJ_JOB_UID = "MWJ_JOB_UID"
 MWJ_NUM_WORKERS = "MWJ_NUM_WORKERS"
 MWJ_WORKER_INDEX = "MWJ_WORKER_INDEX"
 MWJ_RESTART_COUNT = "MWJ_RESTART_COUNT"
 MWJ_CHECKPOINT_DIR = "MWJ_CHECKPOINT_DIR"
+MWJ_RESUME_FROM_DIR = "MWJ_RESUME_FROM_DIR"
 MWJ_PROGRESS_PORT = "MWJ_PROGRESS_PORT"
 MWJ_PEER_TIMEOUT_SECONDS = "MWJ_PEER_TIMEOUT_SECONDS"
 MWJ_COLLECTIVE_TIMEOUT_SECONDS = "MWJ_COLLECTIVE_TIMEOUT_SECONDS"
@@ -42,6 +45,10 @@ class RuntimeConfig:
     progress_port: int
     peer_timeout_seconds: float
     collective_timeout_seconds: float
+    job_namespace: str = ""
+    job_uid: str = ""
+    resume_from_dir: str | None = None
+    """Another run's checkpoint directory this job may restore from on purpose."""
 
     @property
     def num_workers(self) -> int:
@@ -74,6 +81,9 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
         _check_agrees(peers, task_index, num_workers, worker_index, problems)
     config = RuntimeConfig(
         job_name=environ.get(MWJ_JOB_NAME) or STANDALONE_JOB_NAME,
+        job_namespace=environ.get(MWJ_JOB_NAMESPACE, ""),
+        job_uid=environ.get(MWJ_JOB_UID, ""),
+        resume_from_dir=environ.get(MWJ_RESUME_FROM_DIR) or None,
         worker_index=task_index,
         peers=peers,
         restart_count=_integer(environ, MWJ_RESTART_COUNT, 0, 0, None, problems) or 0,

@@ -5,14 +5,13 @@ from typing import Any
 
 import pytest
 from multiworker import names
+from multiworker.job import Job
 from multiworker.render import (
     owner_reference,
     render_service,
     render_worker_pod,
     tf_config,
 )
-
-from multiworker.job import Job
 
 from tests.unit.builders import JOB, NAMESPACE, job_body, make_job
 

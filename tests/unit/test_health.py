@@ -100,6 +100,14 @@ def test_progress_is_the_chiefs() -> None:
     assert progress_of(polls((0, {0: None, 1: report(1)}))) is None
 
 
+@pytest.mark.parametrize(("reported", "expected"),
+                         [(0.96875, 0.96875), (None, None), (float("nan"), None)])
+def test_accuracy_reaches_status_when_reported(reported: Any, expected: float | None) -> None:
+    body = raw(accuracy=reported) if reported is not None else raw()
+    progress = progress_of(polls((0, {0: parse_report(body, 0, 0), 1: None})))
+    assert progress is not None and progress.accuracy == expected
+
+
 # --- hangs ---
 
 

@@ -39,6 +39,7 @@ class Report:
     last_checkpoint_step: int
     restored_from_step: int
     updated_at: datetime | None
+    accuracy: float | None = None
 
 
 def parse_report(raw: Any, index: int, generation: int) -> Report | None:
@@ -58,6 +59,7 @@ def parse_report(raw: Any, index: int, generation: int) -> Report | None:
             last_checkpoint_step=int(raw.get("lastCheckpointStep") or 0),
             restored_from_step=int(raw.get("restoredFromStep") or 0),
             updated_at=_unix_time(raw.get("updatedAt")),
+            accuracy=_finite(raw.get("accuracy")),
         )
     except (KeyError, TypeError, ValueError, OverflowError):
         return None
@@ -146,6 +148,7 @@ def progress_of(health: GroupHealth | None) -> ProgressStatus | None:
     r = chief.report
     return ProgressStatus(
         step=r.step, epoch=r.epoch, steps_per_second=r.steps_per_second, loss=r.loss,
+        accuracy=r.accuracy,
         last_checkpoint_step=r.last_checkpoint_step, resumed_from_step=r.restored_from_step,
         updated_at=r.updated_at,
     )

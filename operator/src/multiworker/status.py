@@ -70,6 +70,8 @@ class ProgressStatus(Model):
     """The chief's training speed over its last steps."""
     loss: float | None = None
     """The chief's latest training loss."""
+    accuracy: float | None = None
+    """The chief's latest training accuracy, when the model compiles an `accuracy` metric."""
     last_checkpoint_step: int | None = None
     """Step of the last checkpoint saved."""
     resumed_from_step: int | None = None

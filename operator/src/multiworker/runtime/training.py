@@ -16,6 +16,7 @@ from multiworker.runtime.collective import sum_over_workers
 from multiworker.runtime.config import MWJ_CHECKPOINT_DIR, RuntimeConfig
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.errors import CollectiveAborted, ConfigError
+from multiworker.runtime.inputs import distribute
 from multiworker.runtime.progress import Phase
 from multiworker.runtime.resume import plan_segments
 
@@ -85,9 +86,10 @@ def _fit(
         *callbacks,
     ]
     context.progress.set_phase(Phase.TRAINING)
+    data = distribute(model.distribute_strategy, dataset)  # one iterator for all segments
     for segment in segments:
         model.fit(
-            dataset,
+            data,
             initial_epoch=segment.initial_epoch,
             epochs=segment.epochs,
             steps_per_epoch=segment.steps_per_epoch,

@@ -30,7 +30,7 @@ def test_defaults_match_the_issue() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["ml/demo-4c1e0b2a-0d4e-4b6a-9f0e-1d2c3b4a5f60", "runs/v1.2_final", "x"]
+    "path", ["ml/demo-4c1e0b2a-0d4e-4b6a-9f0e-1d2c3b4a5f60", "runs/v1.2_final", "x", "."]
 )
 def test_resume_from_accepts_paths_inside_the_claim(path: str) -> None:
     spec = make_spec(checkpoint={"claimName": "c", "resumeFrom": path})
@@ -75,6 +75,7 @@ def problems(**spec_overrides: Any) -> list[str]:
         ({"checkpoint": {"claimName": "c", "resumeFrom": "a/../../b"}},
          "spec.checkpoint.resumeFrom:"),
         ({"checkpoint": {"claimName": "c", "resumeFrom": ".."}}, "spec.checkpoint.resumeFrom:"),
+        ({"checkpoint": {"claimName": "c", "resumeFrom": "./a"}}, "spec.checkpoint.resumeFrom:"),
         ({"checkpoint": {"claimName": "c", "resumeFrom": "a//b"}}, "spec.checkpoint.resumeFrom:"),
         ({"checkpoint": {"claimName": "c", "resumeFrom": "a/"}}, "spec.checkpoint.resumeFrom:"),
         ({"health": {"stragglerThreshold": 0}}, "spec.health.stragglerThreshold:"),

@@ -88,6 +88,9 @@ def test_resume_from_names_a_directory_on_the_claim() -> None:
         env = env_of(render_worker_pod(job, index, generation, owner_reference(job)))
         assert env["MWJ_CHECKPOINT_DIR"] == "/ckpt/ml/demo-uid-demo"
         assert env["MWJ_RESUME_FROM_DIR"] == "/ckpt/ml/demo-uid-first"
+    root = make_job(checkpoint={"claimName": "c", "resumeFrom": "."})
+    env = env_of(render_worker_pod(root, 0, 0, owner_reference(root)))
+    assert env["MWJ_RESUME_FROM_DIR"] == "/checkpoints"  # the layout of earlier versions
 
 
 def _with_uid(body: dict[str, Any], uid: str) -> dict[str, Any]:

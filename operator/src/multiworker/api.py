@@ -31,9 +31,10 @@ class CleanPodPolicy(StrEnum):
     ALL = "All"
 
 
-# A relative path inside the claim: no segment may start with "." (so no ".." out of it).
+# A relative path inside the claim: no segment may start with "." (so no ".." out of it);
+# "." alone is the claim's root, where checkpoints were written before per-job directories.
 _PATH_SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9._-]*"
-_CLAIM_SUBPATH = rf"^{_PATH_SEGMENT}(/{_PATH_SEGMENT})*$"
+_CLAIM_SUBPATH = rf"^(\.|{_PATH_SEGMENT}(/{_PATH_SEGMENT})*)$"
 
 
 class CheckpointSpec(Model):
@@ -53,8 +54,9 @@ class CheckpointSpec(Model):
     MWJ_CHECKPOINT_DIR without the mountPath; its workers log it at start). While this job has
     no checkpoint of its own, a new group restores the latest checkpoint found there, although
     another job wrote it; it still saves to its own directory, so the other run's files are
-    never changed. Unset: a new job starts from step 0, and the workers refuse (exit 2) a
-    checkpoint written by a different job."""
+    never changed; `.` is the claim's root (where jobs of earlier operator versions saved).
+    Unset: a new job starts from step 0, and the workers refuse (exit 2) a checkpoint written
+    by a different job."""
 
 
 class ExitCodeRule(Model):

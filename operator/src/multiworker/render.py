@@ -63,7 +63,7 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
         values["MWJ_CHECKPOINT_DIR"] = posixpath.join(checkpoint.mount_path, own)
         if checkpoint.resume_from is not None:
             resume_dir = posixpath.join(checkpoint.mount_path, checkpoint.resume_from)
-            values["MWJ_RESUME_FROM_DIR"] = resume_dir
+            values["MWJ_RESUME_FROM_DIR"] = posixpath.normpath(resume_dir)
     return [{"name": name, "value": value} for name, value in values.items()]
 
 

@@ -68,7 +68,8 @@ def test_cpu_example_learns_the_digits_through_the_helm_installed_operator(
 
     assert status["restarts"] == 0 and status["disruptions"] == 0, status
     progress = status.get("progress") or {}
-    assert progress.get("step", 0) > 0 and 0.9 <= progress.get("accuracy", 0) <= 1, status
+    # Training accuracy as last polled (held-out accuracy below, from the chief's own check).
+    assert progress.get("step", 0) > 0 and 0 < (progress.get("accuracy") or 0) <= 1, status
     assert any(reason == "ChiefSucceeded" for _, reason, _ in jobs.events(name))
     chief = f"{name}-worker-0"
     assert held_out_accuracy(jobs, chief) >= 0.9

@@ -48,7 +48,7 @@ def run_to_success(jobs: Jobs, name: str) -> tuple[str, str]:
 
 def trained_from_scratch(log: str, epochs: int) -> bool:
     last = f"epoch {epochs}/{epochs} done: step {epochs * STEPS_PER_EPOCH},"
-    return "restored" not in log and "resuming" not in log and last in log
+    return "] restored /" not in log and "] resuming" not in log and last in log
 
 
 def test_jobs_sharing_a_claim_and_a_recreated_job_train_from_step_zero(

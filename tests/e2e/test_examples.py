@@ -48,6 +48,9 @@ def held_out_accuracy(jobs: Jobs, pod: str) -> float:
     log = jobs.kubectl("logs", pod, "-c", "tensorflow").stdout
     found = re.search(r"held-out accuracy (\d\.\d+) on 360 images", log)
     assert found and "target reached" in log, log[-3000:]
+    end = [line for line in log.splitlines()
+           if re.search(r"epoch \d+/\d+ done|checkpoint saved|model saved|held-out|\] done", line)]
+    print(f"{pod}, the end of its run:", *end[-5:], sep="\n  ")  # shown with pytest -rP
     return float(found.group(1))
 
 

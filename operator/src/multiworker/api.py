@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
+from multiworker import contract
 from multiworker.schema import Model, cel, validations
 from multiworker.template import PodTemplate
 
@@ -29,6 +30,11 @@ class SuccessPolicy(StrEnum):
 class CleanPodPolicy(StrEnum):
     RUNNING = "Running"
     ALL = "All"
+
+
+class ImageSkewPolicy(StrEnum):
+    PIN_TO_CHIEF = "PinToChief"
+    FAIL_JOB = "FailJob"
 
 
 # A relative path inside the claim: no segment may start with "." (so no ".." out of it);
@@ -90,6 +96,10 @@ class RestartPolicy(Model):
 
     max_restarts: int = Field(default=3, ge=0, le=10000)
     """How many times a failed group is restarted before the job fails."""
+    max_disruptions: int = Field(default=20, ge=0, le=10000)
+    """How many disruptions (pod evicted, preempted or deleted, node lost) restart the group
+    without spending maxRestarts before the job fails. The first restarts at once, later ones
+    back off like restarts (backoffSeconds doubling, at least 1s)."""
     backoff_seconds: int = Field(default=1, ge=0, le=86400)
     """Wait before the first restart; doubles with every restart spent (1, 2, 4, ... by
     default: a transient failure recovers at once, a crash loop slows down)."""
@@ -122,7 +132,7 @@ class HealthSpec(Model):
     new step or a new phase (starting, waiting-for-peers, training), and one that does not
     answer does not advance (workers must serve /progress, as multiworker.runtime does).
     Unset or null turns it off."""
-    progress_port: int = Field(default=8471, ge=1, le=65535)
+    progress_port: int = Field(default=contract.DEFAULT_PROGRESS_PORT, ge=1, le=65535)
     """Port where workers serve GET /progress (MWJ_PROGRESS_PORT)."""
     startup_timeout_seconds: int | None = Field(default=300, ge=1)
     """Fail the job when a worker cannot start for this long (unschedulable, image pull
@@ -130,9 +140,13 @@ class HealthSpec(Model):
     straggler_threshold: float | None = Field(default=None, gt=0, le=1)
     """Report a worker as a straggler when its steps per second fall below this fraction of
     the group's median. Unset turns it off."""
-    peer_timeout_seconds: int = Field(default=300, ge=1)
+    node_lost_seconds: int = Field(default=20, ge=1, le=3600)
+    """Restart the group (as a disruption) when a worker's node has been NotReady or
+    unreachable for this long — Kubernetes itself evicts such pods only after ~5 minutes."""
+    peer_timeout_seconds: int = Field(default=contract.DEFAULT_PEER_TIMEOUT_SECONDS, ge=1)
     """How long a starting worker waits for its peers (MWJ_PEER_TIMEOUT_SECONDS)."""
-    collective_timeout_seconds: int = Field(default=300, ge=1)
+    collective_timeout_seconds: int = Field(
+        default=contract.DEFAULT_COLLECTIVE_TIMEOUT_SECONDS, ge=1)
     """Abort a collective whose peer is gone after this long (MWJ_COLLECTIVE_TIMEOUT_SECONDS)."""
 
 
@@ -183,6 +197,15 @@ class MultiWorkerJobSpec(Model):
     """Which pods to delete when the job finishes: Running deletes those still running and
     keeps finished ones for their logs; All deletes every pod."""
     health: HealthSpec = Field(default=HealthSpec(), json_schema_extra=_object_default())
+    image_skew_policy: ImageSkewPolicy = ImageSkewPolicy.PIN_TO_CHIEF
+    """When the workers of one group run different image digests (a tag that resolved
+    differently on different nodes): PinToChief restarts the group with every worker on the
+    chief's digest (once; a disruption, not a restart); FailJob fails the job."""
+    gpu_product: str | None = Field(default=None, min_length=1, max_length=63)
+    """Place every worker on nodes labelled nvidia.com/gpu.product=<this> (NVIDIA GPU feature
+    discovery sets it). Unset: where nodes carry that label, the operator picks, for each new
+    group, one product whose nodes can hold the whole group (status.gpuProduct), and says so
+    when none can — workers of one group never mix GPU models."""
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> MultiWorkerJobSpec:

@@ -17,6 +17,10 @@ LABEL_JOB_NAME = f"{GROUP}/job-name"
 LABEL_WORKER_INDEX = f"{GROUP}/worker-index"
 LABEL_GROUP_GENERATION = f"{GROUP}/group-generation"
 FINALIZER = f"{GROUP}/finalizer"
+# One Lease per namespace with jobs: its holder is the operator instance that acts there.
+LEASE_NAME = "multiworker-operator"
+# Server-side selector of the pod watch: only pods the operator labelled.
+POD_WATCH_SELECTOR = LABEL_JOB_NAME
 
 TRAINER_CONTAINER = "tensorflow"
 CHECKPOINT_VOLUME = "mwj-checkpoint"
@@ -64,6 +68,12 @@ def checkpoint_subdir(namespace: str, job: str, uid: str) -> str:
     job deleted and applied again under the same name a different directory (it starts afresh
     instead of restoring the old run); namespace and name keep it findable by eye."""
     return f"{namespace}/{job}-{uid}"
+
+
+def job_path(namespace: str, name: str | None = None) -> str:
+    """REST path of a job (or, without a name, of the namespace's jobs)."""
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+    return f"{path}/{name}" if name else path
 
 
 def label_selector(labels: dict[str, str]) -> str:

@@ -18,7 +18,8 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from multiworker.runtime.config import MWJ_CHECKPOINT_DIR, MWJ_RESUME_FROM_DIR, RuntimeConfig
+from multiworker.contract import MWJ_CHECKPOINT_DIR, MWJ_RESUME_FROM_DIR
+from multiworker.runtime.config import RuntimeConfig
 from multiworker.runtime.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -46,10 +46,10 @@ def fit(
 
     Resumes at the exact step saved from this job's own checkpoint in MWJ_CHECKPOINT_DIR, or
     on purpose from MWJ_RESUME_FROM_DIR (another job's checkpoint otherwise exits 2, see
-    ownership.py), checkpoints every
-    `checkpoint_every_steps` steps (None: each epoch), reports progress, and on SIGTERM
-    checkpoints and raises Preempted (exit 143). A collective failure raises CollectiveAborted
-    (exit 4). `dataset` must yield batches indefinitely (e.g. `.repeat()`).
+    ownership.py); checkpoints every `checkpoint_every_steps` steps (None: each epoch),
+    reports progress, and on SIGTERM checkpoints and raises Preempted (exit 143). A collective
+    failure raises CollectiveAborted (exit 4). `dataset` must yield batches indefinitely (e.g.
+    `.repeat()`); one iterator over it serves the whole run (inputs.py).
     """
     try:
         _fit(context, model, dataset, epochs, steps_per_epoch, checkpoint_every_steps, callbacks)

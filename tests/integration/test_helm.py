@@ -335,5 +335,6 @@ def test_ha_exactly_one_replica_acts_and_says_so(
     wait_for(lambda: release.pod_metric(holder, "multiworker_leading_namespaces") == 1, 30,
              interval=1, describe="the holder to export one leading namespace")
     assert release.pod_metric(standby, "multiworker_leading_namespaces") == 0
-    logs = release.cluster.kubectl("-n", release.namespace, "logs", standby).stdout
-    assert f"{holder} holds its Lease multiworker-operator): this instance waits" in logs
+    says = f"{holder} holds its Lease multiworker-operator): this instance waits"
+    wait_for(lambda: says in release.kubectl("logs", standby).stdout, 30, interval=1,
+             describe=f"the standby {standby} to log that it waits")

@@ -90,7 +90,7 @@ def test_defaults_are_visible_in_the_stored_job(jobs: Jobs) -> None:
     assert stored is not None
     spec = stored["spec"]
     assert spec["port"] == 2222 and spec["successPolicy"] == "ChiefSucceeded"
-    assert spec["restartPolicy"] == {"maxRestarts": 3, "backoffSeconds": 1,
+    assert spec["restartPolicy"] == {"maxRestarts": 3, "maxDisruptions": 20, "backoffSeconds": 1,
                                      "maxBackoffSeconds": 300, "defaultAction": "RestartGroup"}
     assert spec["health"]["progressPort"] == 8471
     assert spec["health"]["startupTimeoutSeconds"] == 300

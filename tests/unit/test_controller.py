@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from multiworker.controller import Controller, View
+from multiworker.controller import Controller
+from multiworker.view import View
 from multiworker.handlers import operator_settings
 from multiworker.informer import Store
 

@@ -14,7 +14,8 @@ import kopf
 
 from multiworker import handlers, logs, metrics, names
 from multiworker.controller import Controller
-from multiworker.k8s import ClientSettings, Cluster, new_api_client
+from multiworker.k8s import Cluster
+from multiworker.transport import ClientSettings, Transport, new_api_client
 
 log = logging.getLogger(__name__)
 _DEFAULTS = ClientSettings()
@@ -80,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                               timeout_seconds=args.request_timeout,
                               concurrency=args.api_concurrency)
     identity = None if args.standalone else (args.identity or own_identity(os.environ))
-    cluster = Cluster(new_api_client(pool_size=max(64, settings.concurrency * 2)), settings,
-                      instance=identity)
+    api = new_api_client(pool_size=max(64, settings.concurrency * 2))
+    cluster = Cluster(Transport(api, settings), instance=identity)
     controller = Controller(cluster, None if args.all_namespaces else args.namespace,
                             identity, workers=args.workers,
                             progress_status_seconds=args.progress_status_seconds)

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from multiworker.k8s import Cluster, Expired
+from multiworker.k8s import Cluster
+from multiworker.transport import Expired
 
 log = logging.getLogger(__name__)
 

@@ -37,15 +37,32 @@ class ImageSkewPolicy(StrEnum):
     FAIL_JOB = "FailJob"
 
 
+# A relative path inside the claim: no segment may start with "." (so no ".." out of it);
+# "." alone is the claim's root, where checkpoints were written before per-job directories.
+_PATH_SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9._-]*"
+_CLAIM_SUBPATH = rf"^(\.|{_PATH_SEGMENT}(/{_PATH_SEGMENT})*)$"
+
+
 class CheckpointSpec(Model):
-    """A shared volume every worker mounts; the chief saves checkpoints there and every new
-    group restores from it (MWJ_CHECKPOINT_DIR)."""
+    """A shared volume every worker mounts. Each job checkpoints in its own directory on it,
+    `<mountPath>/<namespace>/<name>-<uid>` (MWJ_CHECKPOINT_DIR), and every new group of the job
+    restores from there; so jobs sharing a claim, or a job deleted and applied again under the
+    same name, never restore each other's checkpoints unless resumeFrom says so."""
 
     claim_name: str = Field(min_length=1, max_length=253)
     """Name of an existing PersistentVolumeClaim in the job's namespace (ReadWriteMany when
     workers run on several nodes)."""
     mount_path: str = Field(default="/checkpoints", pattern="^/")
     """Absolute path where the claim is mounted in the training container."""
+    resume_from: str | None = Field(default=None, max_length=1024, pattern=_CLAIM_SUBPATH)
+    """Continue on purpose from another run's checkpoints: their directory on the claim,
+    relative to mountPath, e.g. `default/digits-cpu-6f0c...` (the earlier job's
+    MWJ_CHECKPOINT_DIR without the mountPath; its workers log it at start). While this job has
+    no checkpoint of its own, a new group restores the latest checkpoint found there, although
+    another job wrote it; it still saves to its own directory, so the other run's files are
+    never changed; `.` is the claim's root (where jobs of earlier operator versions saved).
+    Unset: a new job starts from step 0, and the workers refuse (exit 2) a checkpoint written
+    by a different job."""
 
 
 class ExitCodeRule(Model):

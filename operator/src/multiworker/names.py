@@ -65,6 +65,13 @@ def worker_labels(job: str, index: int, generation: int) -> dict[str, str]:
     }
 
 
+def checkpoint_subdir(namespace: str, job: str, uid: str) -> str:
+    """The job's own checkpoint directory, relative to the claim's mount path. The uid makes a
+    job deleted and applied again under the same name a different directory (it starts afresh
+    instead of restoring the old run); namespace and name keep it findable by eye."""
+    return f"{namespace}/{job}-{uid}"
+
+
 def job_path(namespace: str, name: str | None = None) -> str:
     """REST path of a job (or, without a name, of the namespace's jobs)."""
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"

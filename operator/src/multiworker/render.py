@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import posixpath
 from typing import Any
 
 from multiworker import contract, names
@@ -48,6 +49,8 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
     values: dict[str, str] = {
         contract.TF_CONFIG: json.dumps(config, separators=(",", ":")),
         contract.MWJ_JOB_NAME: job.name,
+        contract.MWJ_JOB_NAMESPACE: job.namespace,
+        contract.MWJ_JOB_UID: job.uid,
         contract.MWJ_NUM_WORKERS: str(spec.workers),
         contract.MWJ_WORKER_INDEX: str(index),
         contract.MWJ_RESTART_COUNT: str(generation),
@@ -55,8 +58,13 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
         contract.MWJ_PEER_TIMEOUT_SECONDS: str(spec.health.peer_timeout_seconds),
         contract.MWJ_COLLECTIVE_TIMEOUT_SECONDS: str(spec.health.collective_timeout_seconds),
     }
-    if spec.checkpoint is not None:
-        values[contract.MWJ_CHECKPOINT_DIR] = spec.checkpoint.mount_path
+    checkpoint = spec.checkpoint
+    if checkpoint is not None:
+        own = names.checkpoint_subdir(job.namespace, job.name, job.uid)
+        values[contract.MWJ_CHECKPOINT_DIR] = posixpath.join(checkpoint.mount_path, own)
+        if checkpoint.resume_from is not None:
+            resume_dir = posixpath.join(checkpoint.mount_path, checkpoint.resume_from)
+            values[contract.MWJ_RESUME_FROM_DIR] = posixpath.normpath(resume_dir)
     return [{"name": name, "value": value} for name, value in values.items()]
 
 

@@ -169,8 +169,7 @@ def run(args: argparse.Namespace) -> dict[int, list[Sample]]:
     try:
         fake_nodes(cluster, str(nodes), str(args.gpus))
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                        f"crd/{PLURAL}.{GROUP}")
+        cluster.wait_established(f"{PLURAL}.{GROUP}")
         cluster.kubectl("create", "namespace", ns)
         with operator(cluster, ns, logs / "operator.log", "--metrics-port", str(free_port()),
                       ready_timeout=60) as proc:

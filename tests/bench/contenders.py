@@ -29,7 +29,6 @@ from tests.bench.harness import (
     free_port,
     http_ok,
     process,
-    wait_for,
 )
 
 TFJOB_VERSION = os.environ.get("TRAINING_OPERATOR_VERSION", "v1.8.1")
@@ -107,7 +106,7 @@ class Multiworker(Contender):
 
     def install(self, cluster: Cluster) -> None:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-        established(cluster, f"{self.plural}.{self.group}")
+        cluster.wait_established(f"{self.plural}.{self.group}")
 
     @contextlib.contextmanager
     def start(self, cluster: Cluster, env: dict[str, str], namespace: str,
@@ -136,13 +135,6 @@ class Multiworker(Contender):
         return bool((job.get("status") or {}).get("phase") == "Failed")
 
 
-def established(cluster: Cluster, crd: str) -> None:
-    """Wait until the API server serves `crd` (`kubectl wait` fails while it has no status)."""
-    query = '{.status.conditions[?(@.type=="Established")].status}'
-    wait_for(lambda: cluster.kubectl("get", "crd", crd, "-o", f"jsonpath={query}",
-                                     check=False) == "True", 60, 0.2, f"CRD {crd} established")
-
-
 def conditions(job: Obj) -> dict[str, str]:
     return {c.get("type", ""): c.get("status", "")
             for c in (job.get("status") or {}).get("conditions") or []}
@@ -162,7 +154,7 @@ class TFJob(Contender):
             raise RuntimeError(f"no {TFJOB_BIN.name}: run flock /tmp/mw-build.lock "
                                "hack/bench/build-tfjob.sh")
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(TFJOB_CRD))
-        established(cluster, f"{self.plural}.{self.group}")
+        cluster.wait_established(f"{self.plural}.{self.group}")
 
     def prepare(self, cluster: Cluster, namespace: str) -> None:
         cluster.core.create_namespaced_secret(

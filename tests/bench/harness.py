@@ -59,6 +59,12 @@ class Cluster:
         return self.run(shutil.which("kubectl", path=self.env["PATH"]) or "kubectl", *args,
                         stdin=stdin, check=check)
 
+    def wait_established(self, crd: str) -> None:
+        """Wait until the API server serves `crd` (`kubectl wait` fails while it has no status)."""
+        query = '{.status.conditions[?(@.type=="Established")].status}'
+        wait_for(lambda: self.kubectl("get", "crd", crd, "-o", f"jsonpath={query}",
+                                      check=False) == "True", 60, 0.2, f"CRD {crd} established")
+
     def job_status(self, namespace: str, name: str) -> Obj:
         job: Any = self.custom.get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name)

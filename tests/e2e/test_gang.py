@@ -233,13 +233,6 @@ def test_preempted_gang_restarts_whole_as_a_disruption_and_resumes(
 # ---- a cluster without the PodGroup CRD: a private control plane of this test alone ----
 
 
-def established(cluster: Cluster, crd: str) -> None:
-    """Poll for Established: `kubectl wait` errors out while a new CRD has no conditions."""
-    path = "{.status.conditions[?(@.type=='Established')].status}"
-    wait_for(lambda: cluster.kubectl("get", "crd", crd, "-o", f"jsonpath={path}",
-                                     check=False).stdout == "True", 60,
-             describe=f"CRD {crd} to be Established")
-
 @pytest.fixture
 def bare_api_server(cluster: Cluster, tmp_path: Path) -> Iterator[Cluster]:
     """An etcd and a kube-apiserver of our own, with the MultiWorkerJob CRD and nothing else.
@@ -288,7 +281,7 @@ def bare_api_server(cluster: Cluster, tmp_path: Path) -> Iterator[Cluster]:
                  120, describe=lambda: "the private kube-apiserver to be ready\n"
                  + (logs / "kube-apiserver.log").read_text()[-3000:])
         bare.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
-        established(bare, "multiworkerjobs.multiworker.dev")
+        bare.wait_established("multiworkerjobs.multiworker.dev")
         yield bare
     finally:
         for proc in reversed(processes):
@@ -331,7 +324,7 @@ def test_gang_job_without_the_pod_group_crd_says_so_and_recovers_once_installed(
 
         # Installing the CRD later is enough: the job goes on without an operator restart.
         bare.kubectl("apply", "--server-side", "-f", str(BIN / "scheduling.x-k8s.io_podgroups.yaml"))
-        established(bare, PG_CRD)
+        bare.wait_established(PG_CRD)
         wait_for(lambda: pod_group(jobs, "g-g0"), 120,
                  describe=lambda: f"the PodGroup once the CRD exists\n{jobs.describe('g')}")
 

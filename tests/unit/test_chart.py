@@ -94,7 +94,7 @@ def test_default_is_cluster_wide_with_leader_election(tmp_path: Path) -> None:
     args = container(objs)["args"]
     assert "--all-namespaces" in args and "--standalone" not in args
     assert not [a for a in args if a.startswith(("--namespace", "--peering"))]
-    assert {"--kube-api-qps=50", "--kube-api-burst=100", "--request-timeout=30"} <= set(args)
+    assert {"--kube-api-qps=100", "--kube-api-burst=500", "--request-timeout=30"} <= set(args)
     deployment = one(objs, "Deployment")
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "RollingUpdate"}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from multiworker import metrics
-from multiworker.progress import GroupHealth, Report, Targets, track
+from multiworker.progress import BadReport, GroupHealth, Report, Targets, track
 from multiworker.reconcile import Outcome, reconcile
 from multiworker.stragglers import STRAGGLER_POLLS, mark_stragglers
 
@@ -40,7 +40,7 @@ def started(workers: int = 2, **spec: Any) -> tuple[FakeCluster, Targets]:
 
 
 def poll(cluster: FakeCluster, targets: Targets, health: GroupHealth | None,
-         answers: dict[int, Report | None], seconds: float = 3) -> GroupHealth:
+         answers: dict[int, Report | BadReport | None], seconds: float = 3) -> GroupHealth:
     cluster.now += timedelta(seconds=seconds)
     return mark_stragglers(track(health, targets, answers, cluster.now),
                            targets.straggler_threshold)
@@ -143,3 +143,38 @@ def test_stragglers_are_reported_and_cleared_with_events() -> None:
     step(cluster, health)
     assert cluster.status["stragglers"] == []
     assert cluster.events[-1][:2] == ("Normal", "StragglerRecovered")
+
+
+def test_a_dropped_peer_port_is_reported_early_and_cleared_once_connected() -> None:
+    cluster, targets = started()
+    waiting = report(1, phase="waiting-for-peers", step=0, peers=[{
+        "worker": 0, "endpoint": "tensorflow", "address": "demo-worker-0.demo.ml.svc:2222",
+        "state": "dropped", "detail": "no answer after 3 attempts: packets are dropped",
+        "since": 1767268800.0}])
+    health = poll(cluster, targets, None, {0: report(phase="waiting-for-peers", step=0),
+                                           1: waiting})
+    step(cluster, health)
+    peers = next(c for c in cluster.status["conditions"] if c["type"] == "PeersReachable")
+    assert (peers["status"], peers["reason"]) == ("False", "PortBlocked")
+    assert peers["message"].startswith(
+        "worker-1 cannot reach worker-0 at demo-worker-0.demo.ml.svc:2222 (tensorflow port): "
+        "no answer after 3 attempts")
+    assert [e[:2] for e in cluster.events if e[1] == "PortBlocked"] == [("Warning", "PortBlocked")]
+    step(cluster, health)
+    assert len([e for e in cluster.events if e[1] == "PortBlocked"]) == 1  # once
+    health = poll(cluster, targets, health, {0: report(step=1), 1: report(1, step=1)})
+    step(cluster, health)
+    peers = next(c for c in cluster.status["conditions"] if c["type"] == "PeersReachable")
+    assert (peers["status"], peers["reason"]) == ("True", "PeersConnected")
+
+
+def test_progress_reporting_condition_names_bad_reports() -> None:
+    cluster, targets = started(health={"progressTimeoutSeconds": 30})
+    health = poll(cluster, targets, None, {0: report(step=5), 1: BadReport("larger than 64 KiB")})
+    step(cluster, health)
+    status = cluster.status
+    reporting = next(c for c in status["conditions"] if c["type"] == "ProgressReporting")
+    assert (reporting["status"], reporting["reason"]) == ("False", "BadProgressReports")
+    assert "worker-1 answered GET /progress with something that is not its report " \
+        "(larger than 64 KiB)" in reporting["message"]
+    assert status["badProgressReports"] == 1

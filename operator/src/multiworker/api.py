@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
+from multiworker import contract
 from multiworker.schema import Model, cel, validations
 from multiworker.template import PodTemplate
 
@@ -109,7 +110,7 @@ class HealthSpec(Model):
     new step or a new phase (starting, waiting-for-peers, training), and one that does not
     answer does not advance (workers must serve /progress, as multiworker.runtime does).
     Unset or null turns it off."""
-    progress_port: int = Field(default=8471, ge=1, le=65535)
+    progress_port: int = Field(default=contract.DEFAULT_PROGRESS_PORT, ge=1, le=65535)
     """Port where workers serve GET /progress (MWJ_PROGRESS_PORT)."""
     startup_timeout_seconds: int | None = Field(default=300, ge=1)
     """Fail the job when a worker cannot start for this long (unschedulable, image pull
@@ -120,9 +121,10 @@ class HealthSpec(Model):
     node_lost_seconds: int = Field(default=20, ge=1, le=3600)
     """Restart the group (as a disruption) when a worker's node has been NotReady or
     unreachable for this long — Kubernetes itself evicts such pods only after ~5 minutes."""
-    peer_timeout_seconds: int = Field(default=300, ge=1)
+    peer_timeout_seconds: int = Field(default=contract.DEFAULT_PEER_TIMEOUT_SECONDS, ge=1)
     """How long a starting worker waits for its peers (MWJ_PEER_TIMEOUT_SECONDS)."""
-    collective_timeout_seconds: int = Field(default=300, ge=1)
+    collective_timeout_seconds: int = Field(
+        default=contract.DEFAULT_COLLECTIVE_TIMEOUT_SECONDS, ge=1)
     """Abort a collective whose peer is gone after this long (MWJ_COLLECTIVE_TIMEOUT_SECONDS)."""
 
 

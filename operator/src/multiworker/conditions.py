@@ -24,6 +24,7 @@ class Type(StrEnum):
     FAILED = "Failed"
     PROGRESS_REPORTING = "ProgressReporting"  # can hang detection read the workers?
     STATUS_UNREADABLE = "StatusUnreadable"  # the operator refuses to act on this status
+    PEERS_REACHABLE = "PeersReachable"  # can the starting workers reach each other?
 
 
 class Reason(StrEnum):
@@ -62,6 +63,8 @@ class Reason(StrEnum):
     BAD_PROGRESS_REPORTS = "BadProgressReports"
     STALE_POD_FORCE_DELETED = "StalePodForceDeleted"
     RECONCILE_ERROR = "ReconcileError"
+    PORT_BLOCKED = "PortBlocked"
+    PEERS_CONNECTED = "PeersConnected"
 
 
 # Setting the key condition to True switches these off (when present and True).

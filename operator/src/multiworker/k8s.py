@@ -87,8 +87,8 @@ class Expired(Exception):
 class ClientSettings:
     """Client-side limits that protect the API server (flags and chart values)."""
 
-    qps: float = 50.0  # sustained requests per second
-    burst: int = 100  # requests allowed at once after a quiet period
+    qps: float = 100.0  # sustained requests per second: a runaway loop stays harmless
+    burst: int = 500  # at once after a quiet period: a whole 256-worker group restart
     timeout_seconds: float = 30.0  # every call (a watch: its read timeout between lines)
     concurrency: int = 32  # parallel pod creates/deletes of one operator
 

@@ -15,13 +15,12 @@ from enum import StrEnum
 
 from multiworker.api import ExitCodeAction, MultiWorkerJobSpec, SuccessPolicy
 from multiworker.conditions import Reason
+from multiworker.contract import PEER_FAILURE_EXIT_CODES
 from multiworker.hang import Stall
 from multiworker.nodes import NodeTrouble
 from multiworker.observe import EVICTED_FOR_USAGE, ObservedGroup, WorkerPhase, WorkerState
 from multiworker.status import JobStatus
 
-# docs/contracts.md: 3 = peers unreachable, 4 = collective aborted. Both are symptoms.
-PEER_FAILURE_EXIT_CODES = frozenset({3, 4})
 # How long a symptom waits for the failure that caused it to show in the API: the kubelets
 # of two nodes report a pod's end a second or more apart.
 COLLATERAL_WINDOW = timedelta(seconds=5)

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 import aiohttp
 
 from multiworker import metrics
+from multiworker.contract import PROGRESS_PATH
 from multiworker.hang import find_stall, inactive_reason
 from multiworker.progress import (
     MAX_REPORT_BYTES,
@@ -41,11 +42,10 @@ from multiworker.stragglers import mark_stragglers, stragglers
 
 log = logging.getLogger(__name__)
 
-PATH = "/progress"
 TIMEOUT_SECONDS = 2.0
 STATUS_SECONDS = 10.0  # without hang detection: how fresh status.progress is kept
 MIN_SECONDS = 2.0  # the fastest any job is polled
-SILENT_MAX_SECONDS = 60.0  # a group that never answered is polled at most this rarely
+SILENT_MAX_SECONDS = 120.0  # a group that never answered is polled at most this rarely
 WRITE_SECONDS = 5.0  # progress news wakes a pass at most this often
 
 
@@ -59,7 +59,7 @@ def poll_interval(targets: Targets, status_seconds: float = STATUS_SECONDS) -> f
 
 def progress_url(ip: str, port: int) -> str:
     host = f"[{ip}]" if ":" in ip else ip  # IPv6 pod IPs
-    return f"http://{host}:{port}{PATH}"
+    return f"http://{host}:{port}{PROGRESS_PATH}"
 
 
 @dataclass

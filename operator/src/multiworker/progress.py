@@ -23,6 +23,18 @@ TRAINING = "training"
 MAX_REPORT_BYTES = 64 * 1024  # a report is a few hundred bytes
 
 
+class PeerWait(BaseModel):
+    """A peer endpoint a starting worker still waits for (docs/contracts.md `peers`)."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+    worker: int = Field(ge=0)
+    endpoint: str = Field(max_length=32)
+    address: str = Field(default="", max_length=300)
+    state: str = Field(max_length=32)
+    detail: str = Field(default="", max_length=600)
+
+
 class Report(BaseModel):
     """One worker's answer to GET /progress (docs/contracts.md): strict types, bounded size
     (the poller reads at most MAX_REPORT_BYTES), nesting refused by the schema itself."""
@@ -41,6 +53,7 @@ class Report(BaseModel):
     last_checkpoint_step: int = Field(default=0, ge=0)
     restored_from_step: int = Field(default=0, ge=0)
     updated_at: float | None = None  # unix seconds of the worker's last step
+    peers: tuple[PeerWait, ...] = Field(default=(), max_length=16)
 
     @field_validator("steps_per_second", "loss", "accuracy", "updated_at", mode="after")
     @classmethod

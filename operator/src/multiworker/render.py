@@ -9,7 +9,7 @@ import copy
 import json
 from typing import Any
 
-from multiworker import names
+from multiworker import contract, names
 from multiworker.job import Job
 
 Manifest = dict[str, Any]
@@ -45,17 +45,17 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
     spec = job.spec
     config = tf_config(job.name, job.namespace, spec.workers, spec.port, index)
     values: dict[str, str] = {
-        "TF_CONFIG": json.dumps(config, separators=(",", ":")),
-        "MWJ_JOB_NAME": job.name,
-        "MWJ_NUM_WORKERS": str(spec.workers),
-        "MWJ_WORKER_INDEX": str(index),
-        "MWJ_RESTART_COUNT": str(generation),
-        "MWJ_PROGRESS_PORT": str(spec.health.progress_port),
-        "MWJ_PEER_TIMEOUT_SECONDS": str(spec.health.peer_timeout_seconds),
-        "MWJ_COLLECTIVE_TIMEOUT_SECONDS": str(spec.health.collective_timeout_seconds),
+        contract.TF_CONFIG: json.dumps(config, separators=(",", ":")),
+        contract.MWJ_JOB_NAME: job.name,
+        contract.MWJ_NUM_WORKERS: str(spec.workers),
+        contract.MWJ_WORKER_INDEX: str(index),
+        contract.MWJ_RESTART_COUNT: str(generation),
+        contract.MWJ_PROGRESS_PORT: str(spec.health.progress_port),
+        contract.MWJ_PEER_TIMEOUT_SECONDS: str(spec.health.peer_timeout_seconds),
+        contract.MWJ_COLLECTIVE_TIMEOUT_SECONDS: str(spec.health.collective_timeout_seconds),
     }
     if spec.checkpoint is not None:
-        values["MWJ_CHECKPOINT_DIR"] = spec.checkpoint.mount_path
+        values[contract.MWJ_CHECKPOINT_DIR] = spec.checkpoint.mount_path
     return [{"name": name, "value": value} for name, value in values.items()]
 
 

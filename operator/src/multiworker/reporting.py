@@ -38,7 +38,31 @@ def record_progress(p: Pass) -> Flow:
         s.progress = progress
     _report_stragglers(p, health)
     _report_readability(p, health)
+    _report_blocked_peers(p, health)
     return Flow.CONTINUE
+
+
+def _report_blocked_peers(p: Pass, health: GroupHealth) -> None:
+    """A starting worker whose connects to a peer's port time out (packets dropped) says so
+    long before its peer timeout: likely a firewall or NetworkPolicy (docs/contracts.md)."""
+    blocked = [(w.index, peer) for w in health.workers if w.report is not None
+               for peer in w.report.peers if peer.state == "dropped"]
+    old = find(p.job.status.conditions, Type.PEERS_REACHABLE)
+    if blocked:
+        index, peer = blocked[0]
+        more = f" (and {len(blocked) - 1} more)" if len(blocked) > 1 else ""
+        message = (f"worker-{index} cannot reach worker-{peer.worker} at {peer.address} "
+                   f"({peer.endpoint} port): {peer.detail or 'packets are dropped'}{more}; "
+                   "likely a firewall or NetworkPolicy; the workers keep waiting up to "
+                   "spec.health.peerTimeoutSeconds")
+        if old is None or old.status != "False":
+            p.emit(Reason.PORT_BLOCKED, message)
+        p.condition(Type.PEERS_REACHABLE, "False", Reason.PORT_BLOCKED, message)
+    elif old is not None and old.status == "False" and all(
+            w.report is not None and w.report.phase != "waiting-for-peers"
+            for w in health.workers):
+        p.condition(Type.PEERS_REACHABLE, "True", Reason.PEERS_CONNECTED,
+                    "every worker reached its peers")
 
 
 def _report_readability(p: Pass, health: GroupHealth) -> None:

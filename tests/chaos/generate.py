@@ -134,3 +134,37 @@ def _cases(draw: st.DrawFn, gen: Generator) -> Case:
         broken, expected = f"{chosen.what} at {chosen.path}", [chosen.path]
     expected += [p for p in violations(job) if p not in expected]
     return Case(job, treatment, running, tuple(expected), broken)
+
+
+def _main_type(schema: Schema) -> str | None:
+    types = schema.get("type")
+    return next((t for t in (types if isinstance(types, list) else [types]) if t != "null"),
+                None)
+
+
+def _at_maximum(schema: Schema) -> Any:
+    """A value of `schema` with every integer and number at its maximum; objects only where
+    nothing else is required of them."""
+    main = _main_type(schema)
+    if main in ("integer", "number"):
+        return schema.get("maximum", 1)
+    return {name: _at_maximum(sub) for name, sub in (schema.get("properties") or {}).items()
+            if _main_type(sub) in ("integer", "number")
+            or (_main_type(sub) == "object" and not sub.get("required"))}
+
+
+def boundary_cases(gen: Generator) -> list[Case]:
+    """Two valid jobs (running, suspended) whose every number is at its schema maximum: the
+    values a user may write that the operator's arithmetic (timeouts, deadlines) meets last."""
+    out = []
+    for running in (True, False):
+        spec = _at_maximum(gen.closed)
+        spec["template"] = {"spec": {"containers": [{"name": "tensorflow",
+                                                     "image": "multiworker.local/base:bookworm"}]}}
+        job: Obj = {"apiVersion": "multiworker.dev/v1alpha1", "kind": "MultiWorkerJob",
+                    "metadata": {"name": f"max-{'running' if running else 'suspended'}"},
+                    "spec": spec}
+        _place(job, running)
+        repair(job)
+        out.append(Case(job, "valid", running, tuple(violations(job)), "numbers at maximum"))
+    return out

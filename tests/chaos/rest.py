@@ -4,6 +4,7 @@ status patches, watches — what the chaos cases send, as plain dicts."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -110,8 +111,20 @@ def jobs_path(namespace: str, name: str | None = None) -> str:
             + (f"/{name}" if name else ""))
 
 
+_SURROGATES = re.compile(r"\\ud([89ab][0-9a-f]{2})\\ud([c-f][0-9a-f]{2})")
+
+
+def as_yaml(manifest: Obj) -> bytes:
+    """JSON that YAML reads as JSON does: YAML has no surrogate-pair escapes, so characters
+    beyond the BMP are written as \\U escapes, which it has."""
+    def astral(m: re.Match[str]) -> str:
+        high, low = int("d" + m.group(1), 16), int("d" + m.group(2), 16)
+        return f"\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08x}"
+    return _SURROGATES.sub(astral, json.dumps(manifest)).encode()
+
+
 def apply(rest: Rest, namespace: str, manifest: Obj, manager: str = "chaos") -> Answer:
     """Server-side apply of a MultiWorkerJob (Strict: an unknown field is refused, named)."""
     query = [("fieldManager", manager), ("force", "true"), ("fieldValidation", "Strict")]
     return rest.request("PATCH", jobs_path(namespace, manifest["metadata"]["name"]),
-                        manifest, query, APPLY)
+                        as_yaml(manifest), query, APPLY)

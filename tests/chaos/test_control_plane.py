@@ -55,13 +55,17 @@ def start_job(jobs: Jobs, name: str) -> None:
              lambda: f"{name} running\n{jobs.describe(name)}")
 
 
-def wait_settled(jobs: Jobs, name: str, counted: bool) -> None:
+def wait_settled(jobs: Jobs, name: str, counted: bool, recorder: Recorder) -> None:
     what = "restart" if counted else "disruption"
     wait_for(lambda: settled(jobs, name, counted), 180, 0.2,
-             lambda: f"{name}: one {what}, generation 1 running\n{jobs.describe(name)}")
+             lambda: f"{name}: one {what}, generation 1 running\n{jobs.describe(name)}\n"
+             "pods the test's own watch sees: " + ", ".join(
+                 f"{e.name} (generation {e.generation}{', deleting' if e.deleting else ''})"
+                 for e in recorder.live_pods().values()))
 
 
-def apiserver_round(rng: random.Random, r: int, control: ControlPlane, jobs: Jobs) -> str:
+def apiserver_round(rng: random.Random, r: int, control: ControlPlane, jobs: Jobs,
+                    recorder: Recorder) -> str:
     name, counted = f"api-{r}", rng.random() < 0.5
     start_job(jobs, name)
     delay = rng.uniform(0, 3.0)
@@ -74,7 +78,7 @@ def apiserver_round(rng: random.Random, r: int, control: ControlPlane, jobs: Job
     finally:
         control.restart("kube-apiserver")
     back = time.monotonic()
-    wait_settled(jobs, name, counted)
+    wait_settled(jobs, name, counted, recorder)
     done = time.monotonic()
     return (f"round {r}: {'worker exit 1' if counted else 'pod deleted'}, API server "
             f"SIGKILLed {delay:.2f}s later (job then {seen}), down {back - killed:.1f}s "
@@ -87,7 +91,7 @@ def test_apiserver_killed_in_the_middle_of_a_group_restart(
 ) -> None:
     rng = chaos.rng("apiserver")
     for r in range(chaos.rounds):
-        figures(apiserver_round(rng, r, control, jobs))
+        figures(apiserver_round(rng, r, control, jobs, recorder))
     pods, job_events = recorder.snapshot()
     report = check(pods, job_events)
     log = operator_log(operator.log_path)
@@ -98,7 +102,8 @@ def test_apiserver_killed_in_the_middle_of_a_group_restart(
     assert not report.violations, "\n".join(report.violations)
 
 
-def etcd_round(rng: random.Random, r: int, control: ControlPlane, jobs: Jobs) -> str:
+def etcd_round(rng: random.Random, r: int, control: ControlPlane, jobs: Jobs,
+               recorder: Recorder) -> str:
     """Even rounds freeze etcd in the middle of a group restart, odd ones while the job just
     runs: afterwards exactly the one restart the test caused, and where nothing was caused,
     the same pods, generation and counts as before."""
@@ -125,7 +130,7 @@ def etcd_round(rng: random.Random, r: int, control: ControlPlane, jobs: Jobs) ->
             == (0, 0, 0), jobs.describe(name)
         assert {p["metadata"]["uid"] for p in jobs.pods(name)} == before
         fail_worker(jobs, name, rng.randrange(WORKERS))  # and it still acts on news
-    wait_settled(jobs, name, counted=True)
+    wait_settled(jobs, name, True, recorder)
     done = time.monotonic()
     what = f"{delay:.2f}s into a restart (job then {seen})" if mid_restart else \
         "while the job ran (then a worker failed)"
@@ -139,7 +144,7 @@ def test_etcd_frozen_for_20s(
 ) -> None:
     rng = chaos.rng("etcd")
     for r in range(chaos.rounds):
-        figures(etcd_round(rng, r, control, jobs))
+        figures(etcd_round(rng, r, control, jobs, recorder))
     pods, job_events = recorder.snapshot()
     report = check(pods, job_events)
     log = operator_log(operator.log_path)

@@ -85,6 +85,25 @@ def fake_nodes(cluster: Cluster) -> Iterator[list[str]]:
     subprocess.run([script, "--delete"], check=False, env=env, timeout=300)
 
 
+@pytest.fixture(autouse=True)
+def alone(request: pytest.FixtureRequest) -> None:
+    """No other operator instance may run in the cluster (a Helm release left behind, say):
+    it acts on every namespace and would take the test operators' Leases, so the cases would
+    measure it instead of the operator they start and kill."""
+    if "operator" not in request.fixturenames:
+        return
+    cluster: Cluster = request.getfixturevalue("cluster")
+    found = cluster.kubectl("get", "pods", "-A", "-l", "app.kubernetes.io/name=multiworker-operator",
+                            "--field-selector=status.phase=Running", "-o",
+                            "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} "
+                            "{.metadata.labels.app\\.kubernetes\\.io/instance}{'\\n'}{end}")
+    others = found.stdout.split("\n")
+    others = [line for line in others if line.strip()]
+    if others:
+        pytest.fail("another operator instance runs in the cluster and would compete for the "
+                    "test operators' Leases: " + "; ".join(others) + " (helm uninstall it)")
+
+
 @pytest.fixture
 def recorder(cluster: Cluster, namespace: str) -> Iterator[Recorder]:
     """The test's own watch of its namespace's pods and jobs, from before anything happens."""

@@ -11,6 +11,7 @@ holds more than a batch of them. Two explicit examples put every number at its s
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections import Counter
@@ -34,6 +35,14 @@ pytestmark = [pytest.mark.usefixtures("fake_nodes", "crds"), pytest.mark.timeout
 
 BATCH = 50
 STEADY = ("Running", "Suspended", "Succeeded", "Failed")
+
+
+def names(message: str, path: str) -> bool:
+    """Whether the API server's message names the field at `path` (`a.b[0].c`). A list item
+    may be named by index or, in server-side apply's notation, by its value or key (`b[=5]`,
+    `b[name="x"]`)."""
+    parts = re.split(r"\[\d+\]", path)
+    return re.search(r"\[[^\]]*\]".join(re.escape(p) for p in parts), message) is not None
 
 
 def done(job: Event) -> bool:
@@ -71,7 +80,7 @@ class Campaign:
             assert by_unknown_rule, f"{name} was refused ({answer.status}): {message}\n{case.job}"
             self.outcomes["refused by a rule the oracle does not know"] += 1
             return
-        named = [p for p in case.expected if p in message]
+        named = [p for p in case.expected if names(message, p)]
         assert named or by_unknown_rule, (
             f"{name} ({case.broken}) was refused without naming {' or '.join(case.expected)}: "
             f"{message}")

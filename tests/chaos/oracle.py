@@ -162,7 +162,8 @@ RULES = [
     Rule("metadata.name is too long for spec.workers", "metadata.name", _long_name, _shorten,
          _lengthen),
     Rule("spec.health.progressPort must differ from spec.port", "spec.health.progressPort",
-         lambda j: _ports(j)[0] == _ports(j)[1], _split_ports, _same_ports),
+         lambda j: isinstance(_ports(j)[0], int) and _ports(j)[0] == _ports(j)[1],
+         _split_ports, _same_ports),
     Rule("spec.workers can only change while the job is suspended", "spec.workers",
          lambda j: False, lambda j: None, lambda j: None),  # updates only; jobs are new here
     Rule("spec.restartPolicy.maxBackoffSeconds must be at least backoffSeconds",

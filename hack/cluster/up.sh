@@ -3,9 +3,19 @@
 # controller-manager, scheduler, CoreDNS, a private containerd, kube-proxy and a kubelet whose
 # node advertises nvidia.com/gpu. Idempotent: a healthy cluster is left alone; a partial one is
 # torn down and started again. Writes .cluster/kubeconfig.
+# `--gang` (or MW_GANG=1) also runs gang.sh: the coscheduling scheduler beside kube-scheduler
+# and the PodGroup CRD; it can be added to a cluster that is already up.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$here/components.sh"   # every component's command line (restart.sh uses them too)
+gang=${MW_GANG:-}
+for arg in "$@"; do
+  case $arg in
+    --gang) gang=1 ;;
+    *) die "unknown argument $arg (usage: up.sh [--gang])" ;;
+  esac
+done
+[ "$gang" = 0 ] && gang=
 
 [ "$(id -u)" = 0 ] || die "the local cluster needs root (it runs a kubelet and containerd)"
 
@@ -14,7 +24,9 @@ healthy() {
   kc get --raw /readyz >/dev/null 2>&1 && kc get node "$node" >/dev/null 2>&1
 }
 if [ -f "$kubeconfig" ] && healthy; then
-  log "cluster already up (kubeconfig: $kubeconfig)"; exit 0
+  log "cluster already up (kubeconfig: $kubeconfig)"
+  [ -z "$gang" ] || "$here/gang.sh"
+  exit 0
 fi
 t0=$SECONDS
 "$here/install-deps.sh"
@@ -66,6 +78,7 @@ if [ "$node_gpus" -gt 0 ]; then
     -p "{\"status\":{\"capacity\":{\"nvidia.com/gpu\":\"$node_gpus\"},\"allocatable\":{\"nvidia.com/gpu\":\"$node_gpus\"}}}" >/dev/null
 fi
 wait_until 60 "default ServiceAccount" kc -n default get serviceaccount default
+[ -z "$gang" ] || "$here/gang.sh"
 
 log "up in $((SECONDS - t0))s. Use it with:"
 echo "  export KUBECONFIG=$kubeconfig PATH=$bin:\$PATH"

@@ -36,7 +36,7 @@ def crds(cluster: Cluster) -> None:
     """Install the CRD exactly as committed; a missing CRD fails the tier, never skips it."""
     assert list(CRD_DIR.glob("*.yaml")), f"no CRDs in {CRD_DIR}: run `make generate`"
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    cluster.wait_established(CRD_NAME)
 
 
 def free_port() -> int:

@@ -78,8 +78,7 @@ def chart_crds(cluster: Cluster) -> None:
     """
     proc = cluster.kubectl("create", "-f", str(CHART / "crds"), check=False)
     assert proc.returncode == 0 or "AlreadyExists" in proc.stderr, proc.stderr
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    *(f"crd/{name}" for name in CRD_NAMES))
+    cluster.wait_established(*CRD_NAMES)
 
 
 def values_file(tmp_path: Path, values: Obj) -> str:
@@ -238,8 +237,7 @@ def test_install_upgrade_uninstall(release: Release, tmp_path: Path) -> None:
     ns, cluster = release.namespace, release.cluster
     release.install({"watchNamespaces": [ns]}, tmp_path)
     release.wait_rolled_out()
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
-                    *(f"crd/{name}" for name in CRD_NAMES))
+    cluster.wait_established(*CRD_NAMES, timeout=30)
     assert "--log-level=info" in operator_args(release)
 
     installed = owned_objects(release)
@@ -335,5 +333,6 @@ def test_ha_exactly_one_replica_acts_and_says_so(
     wait_for(lambda: release.pod_metric(holder, "multiworker_leading_namespaces") == 1, 30,
              interval=1, describe="the holder to export one leading namespace")
     assert release.pod_metric(standby, "multiworker_leading_namespaces") == 0
-    logs = release.cluster.kubectl("-n", release.namespace, "logs", standby).stdout
-    assert f"{holder} holds its Lease multiworker-operator): this instance waits" in logs
+    says = f"{holder} holds its Lease multiworker-operator): this instance waits"
+    wait_for(lambda: says in release.kubectl("logs", standby).stdout, 30, interval=1,
+             describe=f"the standby {standby} to log that it waits")

@@ -41,7 +41,7 @@ def test_quota_refusal_deletes_the_partial_group_and_retries_until_it_fits(jobs:
     status = jobs.wait("train", "the whole group running", lambda s: s if s.get("phase") ==
                        "Running" else None, timeout=120)
     assert (status["restarts"], status["disruptions"]) == (0, 0)
-    assert "createRefusedSince" not in status
+    assert "blockedSince" not in status
 
 
 def test_quota_that_never_frees_up_fails_at_the_startup_timeout(jobs: Jobs) -> None:

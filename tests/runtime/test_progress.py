@@ -44,6 +44,7 @@ def test_progress_reports_the_contract_fields(board: tuple[ProgressBoard, int]) 
         "epoch": 0,
         "stepsPerSecond": 0.0,
         "loss": None,
+        "accuracy": None,
         "lastCheckpointStep": 0,
         "restoredFromStep": 0,
         "updatedAt": None,
@@ -57,13 +58,13 @@ def test_progress_follows_training(board: tuple[ProgressBoard, int]) -> None:
     progress.restored(step=40, epoch=2)
     progress.set_phase(Phase.TRAINING)
     progress.step_done(41, 0.5)
-    progress.step_done(42, 0.25)
+    progress.step_done(42, 0.25, 0.875)
     progress.checkpointed(42)
     progress.epoch_done(3)
 
     state = get(port)
     assert state["phase"] == "training"
-    assert (state["step"], state["epoch"], state["loss"]) == (42, 3, 0.25)
+    assert (state["step"], state["epoch"], state["loss"], state["accuracy"]) == (42, 3, 0.25, 0.875)
     assert (state["restoredFromStep"], state["lastCheckpointStep"]) == (40, 42)
     assert isinstance(state["updatedAt"], float)
     assert isinstance(state["stepsPerSecond"], float) and state["stepsPerSecond"] > 0

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-TRAIN = REPO / "examples" / "training" / "train.py"
+TRAIN = REPO / "examples" / "training" / "train.py"  # synthetic and fast, with test knobs
+DIGITS = REPO / "examples" / "training" / "digits.py"  # the example jobs run
 QUIET_TF = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
     "TF_ENABLE_ONEDNN_OPTS": "0",
@@ -119,9 +120,11 @@ class Launcher:
         env: dict[str, str] | None = None,
         progress_ports: list[int] | None = None,
         python: str = sys.executable,
+        script: Path = TRAIN,
     ) -> list[Worker]:
         """Starts workers `only` (default all) of a group whose TF_CONFIG lists `peers`
-        and whose progress ports are `progress_ports` (default: fresh loopback ports)."""
+        and whose progress ports are `progress_ports` (default: fresh loopback ports), each
+        running `script` (default: the synthetic trainer)."""
         peers = peers or [f"localhost:{free_port()}" for _ in range(num_workers)]
         progress_ports = progress_ports or [free_port() for _ in range(num_workers)]
         started = []
@@ -133,7 +136,7 @@ class Launcher:
             log_path = self.tmp_path / f"gen{generation}-worker{index}.log"
             with log_path.open("wb") as log_file:
                 process = subprocess.Popen(
-                    [python, str(TRAIN), *args],
+                    [python, str(script), *args],
                     env={**os.environ, **QUIET_TF, **worker_env_vars, **(env or {})},
                     stdout=log_file,
                     stderr=subprocess.STDOUT,

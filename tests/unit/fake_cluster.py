@@ -33,7 +33,12 @@ class FakeCluster:
         self.now = T0
         self.reject_pods: str | None = None  # a message: the API server refuses pods
         self.refusal = RefusalKind.INVALID  # and how
-        self.nodes: dict[str, Manifest] = {}
+        # The node running pods are bound to; a pod on a node missing here is on a lost node.
+        self.nodes: dict[str, Manifest] = {"node-1": {
+            "metadata": {"name": "node-1"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}}
+        self.objects: dict[str, Manifest] = {}  # PodGroups, by name
+        self.served = True  # the PodGroup API
         self.fail_status_writes = 0
         self.serve_once: Manifest | None = None  # an outdated read, served once
         self._uids = 0
@@ -46,6 +51,28 @@ class FakeCluster:
 
     def cached_node(self, name: str) -> Manifest | None:
         return copy.deepcopy(self.nodes.get(name))
+
+    def cached_all_pods(self) -> list[Manifest]:
+        return [copy.deepcopy(p) for p in self.pods.values()]
+
+    def api_served(self, group_version: str, plural: str) -> bool:
+        return self.served
+
+    def create_object(self, path: str, manifest: Manifest) -> Created:
+        name = manifest["metadata"]["name"]
+        if name in self.objects:
+            return Created.EXISTS
+        self.objects[name] = copy.deepcopy(manifest)
+        return Created.CREATED
+
+    def get_object(self, path: str) -> Manifest | None:
+        return copy.deepcopy(self.objects.get(path.rsplit("/", 1)[-1]))
+
+    def delete_object(self, path: str) -> None:
+        self.objects.pop(path.rsplit("/", 1)[-1], None)
+
+    def cached_nodes(self) -> list[Manifest]:
+        return [copy.deepcopy(n) for n in self.nodes.values()]
 
     def patch_job_status(
         self, namespace: str, name: str, status: Manifest, resource_version: str
@@ -133,6 +160,7 @@ class FakeCluster:
     def run(self, *indexes: int) -> None:
         for i in indexes or range(len(self.pods)):
             pod = self.pods[names.worker_name(self.job_name, i)]
+            pod["spec"]["nodeName"] = "node-1"
             pod["status"] = {
                 "phase": "Running", "hostIP": "10.0.0.1", "podIP": f"10.88.0.{10 + i}",
                 "conditions": [{"type": "PodScheduled", "status": "True"},

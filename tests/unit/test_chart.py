@@ -193,6 +193,12 @@ def test_logging_and_extra_args_reach_the_command_line(tmp_path: Path) -> None:
     assert args[-1] == "--x=1"
 
 
+def test_gang_scheduling_default_reaches_the_command_line(tmp_path: Path) -> None:
+    assert "--default-gang-scheduling" not in container(template(tmp_path))["args"]
+    args = container(template(tmp_path, {"gangScheduling": {"default": True}}))["args"]
+    assert "--default-gang-scheduling" in args
+
+
 def test_metrics_service_and_optional_service_monitor(tmp_path: Path) -> None:
     objs = template(tmp_path, {"metrics": {"port": 9102}})
     service = one(objs, "Service")
@@ -225,7 +231,8 @@ def test_scheduling_values_reach_the_pod(tmp_path: Path) -> None:
 
 def test_schema_rejects_typos_and_bad_values(tmp_path: Path) -> None:
     for bad in ({"replicas": 2}, {"logging": {"level": "loud"}}, {"replicaCount": 0},
-                {"watchNamespaces": ["Not_A_Namespace"]}):
+                {"watchNamespaces": ["Not_A_Namespace"]}, {"gangScheduling": {"default": "yes"}},
+                {"gangScheduling": {"enabled": True}}):
         path = tmp_path / "bad.json"
         path.write_text(json.dumps(bad))
         proc = helm("template", RELEASE, str(CHART), "-f", str(path), check=False)

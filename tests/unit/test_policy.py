@@ -278,10 +278,39 @@ def test_refused_pods_fail_unless_it_is_quota_which_waits_until_the_startup_time
     assert (denied.kind, denied.reason) == (ActionKind.FAIL_JOB, "PodRefused")
     quota = refused_start_action(spec, JobStatus(), at(0), "exceeded quota: gpus", quota=True)
     assert (quota.kind, quota.delay_seconds) == (ActionKind.WAIT, 2)
-    later = refused_start_action(spec, JobStatus(create_refused_since=at(0)), at(40),
+    later = refused_start_action(spec, JobStatus(blocked_since=at(0)), at(40),
                                  "exceeded quota: gpus", quota=True)
     assert (later.kind, later.delay_seconds) == (ActionKind.WAIT, 20)
-    over = refused_start_action(spec, JobStatus(create_refused_since=at(0)), at(100),
+    over = refused_start_action(spec, JobStatus(blocked_since=at(0)), at(100),
                                 "exceeded quota: gpus", quota=True)
     assert (over.kind, over.reason) == (ActionKind.FAIL_JOB, "StartupTimeout")
     assert "refused by quota for 100s" in over.message
+
+
+def test_image_skew_pins_the_next_group_to_the_chiefs_digest_once() -> None:
+    chief, other = "reg/worker@sha256:aaa", "reg/worker@sha256:bbb"
+    pods = [PodBuilder(0).running(), PodBuilder(1).running(), PodBuilder(2).running()]
+    for pod, image in zip(pods, (chief, other, chief), strict=True):
+        pod.pod["status"]["containerStatuses"][0]["imageID"] = image
+    skewed = group(*pods)
+    pin = failure_action(make_spec(), JobStatus(), skewed, group_started=True, now=at(60))
+    assert (pin.kind, pin.reason, pin.pin_image) == (
+        ActionKind.RESTART_GROUP_UNCOUNTED, "ImageSkew", chief)
+    assert pin.culprit is not None and pin.culprit.worker == 1
+    assert f"worker-0 {chief}, worker-1 {other}, worker-2 {chief}" in pin.message
+    again = failure_action(make_spec(), JobStatus(pinned_image=chief), skewed,
+                           group_started=True, now=at(60))
+    assert (again.kind, again.reason) == (ActionKind.FAIL_JOB, "ImageSkew")
+    fail = failure_action(make_spec(imageSkewPolicy="FailJob"), JobStatus(), skewed,
+                          group_started=True, now=at(60))
+    assert fail.kind is ActionKind.FAIL_JOB and "spec.imageSkewPolicy is FailJob" in fail.message
+
+
+def test_an_image_without_a_registry_digest_cannot_be_pinned() -> None:
+    pods = [PodBuilder(0).running(), PodBuilder(1).running()]
+    for pod, image in zip(pods, ("sha256:aaa", "sha256:bbb"), strict=True):
+        pod.pod["status"]["containerStatuses"][0]["imageID"] = image
+    action = failure_action(make_spec(workers=2), JobStatus(), group(*pods, workers=2),
+                            group_started=True, now=at(60))
+    assert action.kind is ActionKind.FAIL_JOB
+    assert "has no registry digest to pin to" in action.message

@@ -121,3 +121,11 @@ def test_progress_is_the_chiefs() -> None:
         63, 40, 10)
     assert progress_key(progress) == (63, 6, 10, 40)
     assert progress_of(polls((0, {0: None, 1: report(1)}))) is None
+
+
+@pytest.mark.parametrize(("reported", "expected"),
+                         [(0.96875, 0.96875), (None, None), (float("nan"), None)])
+def test_accuracy_reaches_status_when_reported(reported: Any, expected: float | None) -> None:
+    answer = report(accuracy=reported) if reported is not None else report()
+    progress = progress_of(polls((0, {0: answer, 1: None})))
+    assert progress is not None and progress.accuracy == expected

@@ -75,6 +75,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --request-timeout={{ .Values.kubeApi.requestTimeoutSeconds }}
 - --api-concurrency={{ .Values.kubeApi.concurrency }}
 - --workers={{ .Values.reconcileWorkers }}
+{{- if .Values.gangScheduling.default }}
+- --default-gang-scheduling
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}

@@ -39,6 +39,11 @@ against the code's REST calls; the e2e suite runs the operator under it.
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   verbs: [get, create, update]
+# Gang scheduling (spec.gang): a PodGroup per generation, created before its pods and deleted
+# with them; get for its status in the waiting message and when its name is taken.
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [get, create, delete]
 {{- end }}
 
 {{/* Rules for cluster-scoped objects, in every mode. */}}

@@ -14,7 +14,8 @@ import kopf
 
 from multiworker import handlers, logs, metrics, names
 from multiworker.controller import Controller
-from multiworker.k8s import ClientSettings, Cluster, new_api_client
+from multiworker.k8s import Cluster
+from multiworker.transport import ClientSettings, Transport, new_api_client
 
 log = logging.getLogger(__name__)
 _DEFAULTS = ClientSettings()
@@ -56,6 +57,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="serve Prometheus metrics on this port (off when unset)")
     parser.add_argument("--health-port", type=int, metavar="PORT",
                         help="serve the liveness endpoint /healthz on this port")
+    parser.add_argument("--default-gang-scheduling", action="store_true",
+                        help="gang-schedule jobs that leave spec.gang.enabled unset (needs the "
+                        "coscheduling scheduler and the PodGroup CRD)")
     parser.add_argument("--log-format", choices=("text", "json"), default="text")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                         default="info")
@@ -80,11 +84,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                               timeout_seconds=args.request_timeout,
                               concurrency=args.api_concurrency)
     identity = None if args.standalone else (args.identity or own_identity(os.environ))
-    cluster = Cluster(new_api_client(pool_size=max(64, settings.concurrency * 2)), settings,
-                      instance=identity)
+    api = new_api_client(pool_size=max(64, settings.concurrency * 2))
+    cluster = Cluster(Transport(api, settings), instance=identity)
     controller = Controller(cluster, None if args.all_namespaces else args.namespace,
                             identity, workers=args.workers,
-                            progress_status_seconds=args.progress_status_seconds)
+                            progress_status_seconds=args.progress_status_seconds,
+                            gang_default=args.default_gang_scheduling)
     scope = "all namespaces" if args.all_namespaces else ", ".join(args.namespace)
     if identity is None:
         log.warning("--standalone: NO LEADER ELECTION. This instance acts on every job in %s "

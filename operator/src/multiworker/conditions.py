@@ -64,6 +64,10 @@ class Reason(StrEnum):
     STALE_POD_FORCE_DELETED = "StalePodForceDeleted"
     RECONCILE_ERROR = "ReconcileError"
     PORT_BLOCKED = "PortBlocked"
+    IMAGE_SKEW = "ImageSkew"
+    WAITING_FOR_GANG = "WaitingForGang"
+    GANG_UNAVAILABLE = "GangSchedulingUnavailable"
+    NO_GPU_PRODUCT = "NoGpuProductWithRoom"
     PEERS_CONNECTED = "PeersConnected"
 
 

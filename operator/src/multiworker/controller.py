@@ -14,9 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,12 +25,13 @@ from multiworker.conditions import Reason
 from multiworker.context import Outcome
 from multiworker.events import event_type
 from multiworker.informer import Informer, Key, Store, slim, slim_node, slim_pod
-from multiworker.k8s import Cluster, Created, PodDeletion, Refused
+from multiworker.k8s import Cluster
 from multiworker.leader import Elector
 from multiworker.logs import job_logger
 from multiworker.poller import Poller
 from multiworker.reconcile import reconcile
 from multiworker.status import TERMINAL_PHASES
+from multiworker.view import View
 from multiworker.workqueue import WorkQueue, jittered
 
 log = logging.getLogger(__name__)
@@ -61,72 +61,6 @@ def _node_of(pod: Manifest) -> Key | None:
 
 
 @dataclass
-class View:
-    """What a pass reads (caches, with our own latest status write laid over a job the cache
-    has not caught up with) and writes (the API server)."""
-
-    cluster: Cluster
-    job_store: Store
-    pod_store: Store
-    node_store: Store
-    written: dict[Key, tuple[str, Manifest]] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def cached_job(self, namespace: str, name: str) -> Manifest | None:
-        cached = self.job_store.get((namespace, name))
-        with self._lock:
-            ours = self.written.get((namespace, name))
-            if ours is None or cached is None:
-                return cached
-            if cached["metadata"].get("resourceVersion") == ours[0]:
-                return ours[1]  # the cache still shows the version our write replaced
-            del self.written[(namespace, name)]
-        return cached
-
-    def remember_write(self, key: Key, read_version: str, body: Manifest) -> None:
-        """Until the cache shows a newer version than `read_version`, passes read `body`."""
-        with self._lock:
-            self.written[key] = (read_version, body)
-
-    def forget(self, key: Key) -> None:
-        with self._lock:
-            self.written.pop(key, None)
-
-    def cached_pods(self, namespace: str, job: str) -> list[Manifest]:
-        return self.pod_store.by_index((namespace, job))
-
-    def cached_node(self, name: str) -> Manifest | None:
-        return self.node_store.get(("", name))
-
-    # writes: straight to the API server
-    def patch_job_status(self, namespace: str, name: str, status: Manifest,
-                         resource_version: str) -> str:
-        return self.cluster.patch_job_status(namespace, name, status, resource_version)
-
-    def delete_job(self, namespace: str, name: str, uid: str) -> None:
-        self.cluster.delete_job(namespace, name, uid)
-
-    def get_pod(self, namespace: str, name: str) -> Manifest | None:
-        return self.cluster.get_pod(namespace, name)
-
-    def get_service(self, namespace: str, name: str) -> Manifest | None:
-        return self.cluster.get_service(namespace, name)
-
-    def create_pods(self, pods: Sequence[Manifest]) -> list[Created | Refused]:
-        return self.cluster.create_pods(pods)
-
-    def create_service(self, service: Manifest) -> Created:
-        return self.cluster.create_service(service)
-
-    def delete_pods(self, deletions: Sequence[PodDeletion]) -> None:
-        self.cluster.delete_pods(deletions)
-
-    def emit_event(self, job: Manifest, type_: str, reason: str, message: str,
-                   now: datetime) -> None:
-        self.cluster.emit_event(job, type_, reason, message, now)
-
-
-@dataclass
 class Controller:
     """Runs everything: informers (threads), pass workers, the poller and the elector."""
 
@@ -137,6 +71,7 @@ class Controller:
     resync_seconds: float = RESYNC_SECONDS
     error_backoff_seconds: float = ERROR_BACKOFF_SECONDS
     progress_status_seconds: float = 10.0
+    gang_default: bool = False  # --default-gang-scheduling
     clock: Callable[[], datetime] = utc_now
     view: View = field(init=False)
     queue: WorkQueue[Key] = field(init=False)
@@ -310,7 +245,8 @@ class Controller:
         started = time.perf_counter()
         try:
             outcome = await asyncio.to_thread(reconcile, self.view, key[0], key[1], now,
-                                              self.poller.health(key), expected)
+                                              self.poller.health(key), expected,
+                                              self.gang_default)
         except Exception as e:  # every error: log, report once per streak, retry with backoff
             await self._failed(key, e)
             return

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from multiworker.k8s import Cluster, Expired
+from multiworker.k8s import Cluster
+from multiworker.transport import Expired
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +48,29 @@ def slim(obj: Manifest) -> Manifest:
 
 
 def slim_pod(pod: Manifest) -> Manifest:
-    """A pod as observe.py reads it: metadata, node, and status — not the whole spec."""
+    """A pod as observe.py and placement.py read it: metadata, node, the containers' names and
+    resources, and status — not the whole spec (commands, env, volumes)."""
     pod = slim(pod)
     spec = pod.get("spec") or {}
-    return {**pod, "spec": {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec}}
+    kept: Manifest = {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec}
+    for key in ("containers", "initContainers"):
+        if key in spec:
+            kept[key] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
+                         for c in spec[key]]
+    return {**pod, "spec": kept}
 
 
 def slim_node(node: Manifest) -> Manifest:
-    """A node as lost-node detection reads it: labels, taints and conditions."""
-    node = slim(node)
-    status = node.get("status") or {}
-    return {"metadata": node["metadata"], "spec": {"taints": (node.get("spec") or {})
-                                                   .get("taints", [])},
-            "status": {"conditions": status.get("conditions", [])}}
+    """A node as lost-node detection and GPU placement read it: labels, taints, whether it is
+    cordoned, conditions and allocatable resources."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, \
+        node.get("status") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion", "labels",
+                                                "deletionTimestamp") if k in meta},
+            "spec": {"taints": spec.get("taints", []),
+                     "unschedulable": spec.get("unschedulable", False)},
+            "status": {"conditions": status.get("conditions", []),
+                       "allocatable": status.get("allocatable", {})}}
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""All API I/O, through the (synchronous) kubernetes client: every call rate-limited, timed out
-and counted. Callers run it in threads; pod creates and deletes fan out in parallel.
+"""The operator's calls to the API server, in its own terms: create the pods of a group (in
+parallel; a refusal says why), delete pods by uid, patch a job's status only if unchanged,
+Events, Leases. How a call is made (rate limit, timeouts, metrics) is transport.py's.
 
 Objects travel as plain camelCase dicts, exactly as the API returns them, so the pure layers
 (observe, render) never see client model classes.
@@ -10,28 +11,24 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any
 
-from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from multiworker import metrics, names
+from multiworker import names
 from multiworker.schema import format_time
+from multiworker.transport import Transport
 
 log = logging.getLogger(__name__)
 
 Manifest = dict[str, Any]
 COMPONENT = "multiworker-operator"
 EVENT_MESSAGE_LIMIT = 1024
-WATCH_READ_TIMEOUT_SECONDS = 90.0
-T = TypeVar("T")
 
 
 # Every (API group, resource, verb) the operator calls — the chart's RBAC grants exactly these
@@ -46,7 +43,9 @@ FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
     ("", "events"): frozenset({"create"}),
     ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
     ("", "nodes"): frozenset({"list", "watch"}),
+    ("scheduling.x-k8s.io", "podgroups"): frozenset({"create", "get", "delete"}),
 }
+API_SERVED_TTL_SECONDS = 30.0  # how long a discovery answer (is the PodGroup API served?) holds
 
 
 class Created(StrEnum):
@@ -79,56 +78,6 @@ class Gone(Exception):
     """The object no longer exists (404 on an update)."""
 
 
-class Expired(Exception):
-    """410 Gone on a watch: the resource version is too old; list again."""
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    """Client-side limits that protect the API server (flags and chart values)."""
-
-    qps: float = 100.0  # sustained requests per second: a runaway loop stays harmless
-    burst: int = 500  # at once after a quiet period: a whole 256-worker group restart
-    timeout_seconds: float = 30.0  # every call (a watch: its read timeout between lines)
-    concurrency: int = 32  # parallel pod creates/deletes of one operator
-
-
-class RateLimiter:
-    """A token bucket shared by every thread: `qps` tokens a second, at most `burst` saved."""
-
-    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic):
-        self.qps, self.burst, self.clock = qps, max(burst, 1), clock
-        self._tokens = float(self.burst)
-        self._at = clock()
-        self._lock = threading.Lock()
-
-    def reserve(self) -> float:
-        """Take a token; the seconds to wait before using it (0 when one was saved)."""
-        with self._lock:
-            now = self.clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
-            self._at = now
-            self._tokens -= 1
-            return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
-
-    def acquire(self) -> None:
-        delay = self.reserve()
-        if delay > 0:
-            time.sleep(delay)
-
-
-def new_api_client(pool_size: int = 64) -> client.ApiClient:
-    """An API client from $KUBECONFIG (or ~/.kube/config), else the in-cluster service
-    account."""
-    configuration = client.Configuration()
-    try:
-        config.load_kube_config(client_configuration=configuration)
-    except config.ConfigException:
-        config.load_incluster_config(client_configuration=configuration)
-    configuration.connection_pool_maxsize = pool_size
-    return client.ApiClient(configuration)
-
-
 def _server_message(error: ApiException) -> str:
     try:
         return str(json.loads(error.body or "{}").get("message") or error.reason)
@@ -154,19 +103,23 @@ class PodDeletion:
 
 
 class Cluster:
-    """The operator's writes and its informers' lists and watches.
+    """The operator's reads and writes, in the API's words: conflicts, refusals, 404s and 409s
+    turned into what a pass can act on. Calls go through one Transport (transport.py)."""
 
-    Plain REST calls with JSON bodies: the client's typed models would re-validate our
-    manifests (and refuse valid ones, e.g. an integer GPU quantity).
-    """
-
-    def __init__(self, api: client.ApiClient, settings: ClientSettings | None = None,
-                 instance: str | None = None) -> None:
-        self.api = api
-        self.settings = settings or ClientSettings()
-        self.limiter = RateLimiter(self.settings.qps, self.settings.burst)
-        self.fanout = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="api")
+    def __init__(self, rest: Transport, instance: str | None = None) -> None:
+        self.rest = rest
         self.instance = instance or socket.gethostname()  # Events' reportingInstance
+        self._served: dict[str, tuple[bool, float]] = {}
+
+    # --- lists and watches, for the informers ---
+
+    def list_page(self, path: str, selector: str | None, limit: int, cont: str | None
+                  ) -> Manifest:
+        return self.rest.list_page(path, selector, limit, cont)
+
+    def watch(self, path: str, selector: str | None, resource_version: str,
+              server_timeout: int) -> Iterator[Manifest]:
+        return self.rest.watch(path, selector, resource_version, server_timeout)
 
     # --- jobs ---
 
@@ -178,7 +131,7 @@ class Cluster:
         the job's new resource version."""
         body = {"metadata": {"resourceVersion": resource_version}, "status": status}
         try:
-            found = self._call("PATCH", names.job_path(namespace, name) + "/status", body,
+            found = self.rest.call("PATCH", names.job_path(namespace, name) + "/status", body,
                                content_type="application/merge-patch+json")
         except ApiException as e:
             if e.status == 409:
@@ -212,7 +165,7 @@ class Cluster:
                 return self._create(_core_path(pod["metadata"]["namespace"], "pods"), pod)
             except Refused as e:
                 return e
-        return self._parallel(create, pods)
+        return self.rest.parallel(create, pods)
 
     def delete_pods(self, deletions: Sequence[PodDeletion]) -> None:
         """Delete pods in parallel, each by uid; already gone is success."""
@@ -221,7 +174,7 @@ class Cluster:
             if d.grace is not None:
                 options["gracePeriodSeconds"] = d.grace
             self._delete(_core_path(d.namespace, "pods", d.name), options)
-        self._parallel(delete, deletions)
+        self.rest.parallel(delete, deletions)
 
     def create_object(self, path: str, manifest: Manifest) -> Created:
         """Create any namespaced object at its collection `path` (PodGroups, say)."""
@@ -229,6 +182,20 @@ class Cluster:
 
     def get_object(self, path: str) -> Manifest | None:
         return self._get(path)
+
+    def delete_object(self, path: str) -> None:
+        self._delete(path, {})
+
+    def api_served(self, group_version: str, plural: str) -> bool:
+        """Whether discovery lists `plural` in `group_version` (a CRD installed and
+        established), remembered for API_SERVED_TTL_SECONDS."""
+        now = time.monotonic()
+        known = self._served.get(group_version)
+        if known is None or now - known[1] > API_SERVED_TTL_SECONDS:
+            found = self._get(f"/apis/{group_version}")
+            served = any(r.get("name") == plural for r in (found or {}).get("resources", []))
+            known = self._served[group_version] = (served, now)
+        return known[0]
 
     # --- leases (leader election) ---
 
@@ -238,7 +205,7 @@ class Cluster:
     def create_lease(self, lease: Manifest) -> Manifest | None:
         """The created Lease; None when another candidate created it first."""
         try:
-            return self._call("POST", _lease_path(lease["metadata"]["namespace"]), lease)
+            return self.rest.call("POST", _lease_path(lease["metadata"]["namespace"]), lease)
         except ApiException as e:
             if e.status == 409:
                 return None
@@ -248,7 +215,7 @@ class Cluster:
         """PUT with the read resourceVersion: None when someone else wrote it meanwhile."""
         meta = lease["metadata"]
         try:
-            return self._call("PUT", _lease_path(meta["namespace"], meta["name"]), lease)
+            return self.rest.call("PUT", _lease_path(meta["namespace"], meta["name"]), lease)
         except ApiException as e:
             if e.status in (404, 409):
                 return None
@@ -280,108 +247,11 @@ class Cluster:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        self._call("POST", _core_path(meta["namespace"], "events"), event)
-
-    # --- lists and watches (informer.py) ---
-
-    def list_page(
-        self, path: str, selector: str | None, limit: int, cont: str | None
-    ) -> Manifest:
-        query = [("limit", str(limit))]
-        if selector:
-            query.append(("labelSelector", selector))
-        if cont:
-            query.append(("continue", cont))
-        return self._call("GET", path, query=query)
-
-    def watch(
-        self, path: str, selector: str | None, resource_version: str, server_timeout: int,
-        read_timeout: float = WATCH_READ_TIMEOUT_SECONDS,
-    ) -> Iterator[Manifest]:
-        """Watch events (dicts with `type` and `object`) from `resource_version`, with
-        bookmarks, until the server ends the stream. A connection silent for `read_timeout`
-        (longer than the API server's bookmark interval, about a minute) raises: it is dead."""
-        query = [("watch", "true"), ("resourceVersion", resource_version),
-                 ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(server_timeout))]
-        if selector:
-            query.append(("labelSelector", selector))
-        self.limiter.acquire()
-        response = self._request("GET", path, query=query, verb="watch",
-                                 read_timeout=read_timeout).response
-        try:
-            buffer = b""
-            for chunk in response.stream(64 * 1024, decode_content=True):
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    event: Manifest = json.loads(line)
-                    if event.get("type") == "ERROR":
-                        error = event.get("object") or {}
-                        if error.get("code") == 410:
-                            raise Expired(str(error.get("message", "")))
-                        raise ApiException(status=error.get("code"), reason=error.get("message"))
-                    yield event
-        finally:
-            response.release_conn()
-
-    # --- REST ---
-
-    def _parallel(self, call: Callable[[Any], T], items: Sequence[Any]) -> list[T]:
-        if len(items) <= 1:
-            return [call(item) for item in items]
-        futures = [self.fanout.submit(call, item) for item in items]
-        results, error = [], None
-        for future in futures:  # wait for all, so no call outlives the pass
-            try:
-                results.append(future.result())
-            except Exception as e:  # noqa: BLE001 (re-raised below, after the others)
-                error = error or e
-        if error is not None:
-            raise error
-        return results
-
-    def _request(
-        self, method: str, path: str, body: Manifest | None = None,
-        query: list[tuple[str, str]] | None = None, content_type: str = "application/json",
-        verb: str | None = None, read_timeout: float | None = None,
-    ) -> Any:
-        """One call, with (connect, read) timeouts; the raw response, status checked."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        request = self.api.param_serialize(
-            method, path, query_params=query, header_params=headers, body=body,
-            auth_settings=["BearerToken"],
-        )
-        timeout = self.settings.timeout_seconds
-        code = "error"
-        try:
-            response = self.api.call_api(
-                *request, _request_timeout=(min(timeout, 10), read_timeout or timeout))
-            code = str(response.status)
-            if not 200 <= response.status < 300:
-                response.read()
-                raise ApiException(http_resp=response)
-            return response
-        finally:
-            group, resource, collection = _resource(path)
-            metrics.API_REQUESTS.labels(
-                verb=verb or _rbac_verb(method, collection),
-                resource=f"{group}/{resource}" if group else resource, code=code).inc()
-
-    def _call(
-        self, method: str, path: str, body: Manifest | None = None,
-        query: list[tuple[str, str]] | None = None, content_type: str = "application/json",
-    ) -> Manifest:
-        self.limiter.acquire()
-        response = self._request(method, path, body, query, content_type)
-        response.read()
-        found: Manifest = json.loads(response.data) if response.data else {}
-        return found
+        self.rest.call("POST", _core_path(meta["namespace"], "events"), event)
 
     def _get(self, path: str) -> Manifest | None:
         try:
-            return self._call("GET", path)
+            return self.rest.call("GET", path)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -389,7 +259,7 @@ class Cluster:
 
     def _create(self, path: str, manifest: Manifest) -> Created:
         try:
-            self._call("POST", path, manifest)
+            self.rest.call("POST", path, manifest)
         except ApiException as e:
             if e.status == 409:
                 return Created.EXISTS
@@ -403,7 +273,7 @@ class Cluster:
     def _delete(self, path: str, options: Manifest) -> None:
         """404 (already gone) and 409 (uid precondition: a newer object) are success."""
         try:
-            self._call("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", **options})
+            self.rest.call("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", **options})
         except ApiException as e:
             if e.status not in (404, 409):
                 raise
@@ -417,21 +287,3 @@ def _core_path(namespace: str, resource: str, name: str | None = None) -> str:
 def _lease_path(namespace: str, name: str | None = None) -> str:
     path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
     return f"{path}/{name}" if name else path
-
-
-def _resource(path: str) -> tuple[str, str, bool]:
-    """(API group, resource[/subresource], whether it names a collection) of a REST path."""
-    parts = [p for p in path.split("?")[0].split("/") if p]
-    group = parts[1] if parts and parts[0] == "apis" else ""
-    rest = parts[3:] if parts and parts[0] == "apis" else parts[2:]
-    if rest[:1] == ["namespaces"] and len(rest) > 2:
-        rest = rest[2:]
-    if not rest:
-        return group, "?", True
-    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
-    return group, resource, len(rest) == 1
-
-
-def _rbac_verb(method: str, collection: bool) -> str:
-    return {"GET": "list" if collection else "get", "POST": "create", "PUT": "update",
-            "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())

@@ -170,23 +170,22 @@ class Elector:
         move, seen = decide(lease, self.identity, self._seen.get(namespace), self.clock())
         if seen is not None:
             self._seen[namespace] = seen
-        if move is Move.FOLLOW:
-            self._held.pop(namespace, None)
-            holder = seen.record[0] if seen is not None else "?"
-            if self._following.get(namespace) != holder:
-                self._following[namespace] = holder
-                log.info("another operator instance handles the jobs of namespace %s (%s holds "
-                         "its Lease %s): this instance waits", namespace, holder,
-                         names.LEASE_NAME)
-            return
-        self._following.pop(namespace, None)
-        mine = claimed(lease, namespace, self.identity, self.wall(), self.duration)
-        create = self.cluster.create_lease if move is Move.CREATE else self.cluster.replace_lease
-        written = create(mine)
-        if written is not None:
-            self._held[namespace] = (written, self.clock())
-        else:
-            self._held.pop(namespace, None)
+        if move is not Move.FOLLOW:
+            mine = claimed(lease, namespace, self.identity, self.wall(), self.duration)
+            write = self.cluster.create_lease if move is Move.CREATE else \
+                self.cluster.replace_lease
+            written = write(mine)
+            if written is not None:
+                self._held[namespace] = (written, self.clock())
+                self._following.pop(namespace, None)
+                return
+            lease = self.cluster.get_lease(namespace, names.LEASE_NAME)  # who won instead
+        self._held.pop(namespace, None)
+        holder = record_of(lease)[0] if lease is not None else "?"
+        if self._following.get(namespace) != holder:
+            self._following[namespace] = holder
+            log.info("another operator instance handles the jobs of namespace %s (%s holds its "
+                     "Lease %s): this instance waits", namespace, holder, names.LEASE_NAME)
 
     def _let_go(self, namespace: str) -> None:
         held = self._held.pop(namespace, None)

@@ -68,6 +68,7 @@ class WorkerState:
     terminating: bool = False  # deletion requested
     ip: str = ""  # the pod's IP, where it serves GET /progress
     node: str = ""  # the node it was scheduled to
+    image_id: str = ""  # the image its training container runs (a digest), once started
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class StalePod:
     generation: int | None
     deletion: datetime | None  # when the API server will remove it (already terminating)
     node: str = ""  # where it runs: a pod on a lost node never terminates by itself
+    pod_group: str = ""  # its gang's PodGroup, which goes with it
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ def observe_group(
                 name=meta.get("name", ""), uid=meta.get("uid", ""), generation=pod_generation,
                 deletion=_time(meta.get("deletionTimestamp")),
                 node=(pod.get("spec") or {}).get("nodeName") or "",
+                pod_group=labels.get(names.LABEL_POD_GROUP, ""),
             ))
     def absent(i: int) -> WorkerState:
         pod = names.worker_name(job, i)
@@ -150,9 +153,11 @@ def classify(pod: Pod, index: int, container: str) -> WorkerState:
     """The state of one worker pod, judged by its training container and its pod status."""
     meta = pod.get("metadata", {})
     state = _classify(pod, index, container)
+    trainer = _container_status(pod.get("status", {}).get("containerStatuses", []), container)
     return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta,
                    ip=pod.get("status", {}).get("podIP") or "",
-                   node=(pod.get("spec") or {}).get("nodeName") or "")
+                   node=(pod.get("spec") or {}).get("nodeName") or "",
+                   image_id=(trainer or {}).get("imageID") or "")
 
 
 def _classify(pod: Pod, index: int, container: str) -> WorkerState:

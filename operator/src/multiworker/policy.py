@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from multiworker.api import ExitCodeAction, MultiWorkerJobSpec, SuccessPolicy
+from multiworker.api import ExitCodeAction, ImageSkewPolicy, MultiWorkerJobSpec, SuccessPolicy
 from multiworker.conditions import Reason
 from multiworker.contract import PEER_FAILURE_EXIT_CODES
 from multiworker.hang import Stall
@@ -58,6 +58,7 @@ class Action:
     message: str = ""
     culprit: Culprit | None = None
     delay_seconds: float = 0
+    pin_image: str | None = None  # restart with every worker on this image (image skew)
 
 
 NO_ACTION = Action(ActionKind.NONE)
@@ -146,8 +147,40 @@ def failure_action(
             wait = (worker.since + COLLATERAL_WINDOW - now).total_seconds()
             return Action(ActionKind.WAIT, delay_seconds=wait)
         return _on_failure(spec, status, worker)
-    lost = lost_node_action(spec, status, group, now, troubles or {})
-    return lost if lost.kind is not ActionKind.NONE else startup_action(spec, group, now)
+    action = image_skew_action(spec, status, group)
+    if action.kind is ActionKind.NONE:
+        action = lost_node_action(spec, status, group, now, troubles or {})
+    if action.kind is ActionKind.NONE:
+        action = startup_action(spec, group, now)
+    return action
+
+
+def image_skew_action(spec: MultiWorkerJobSpec, status: JobStatus,
+                      group: ObservedGroup) -> Action:
+    """Workers of one group that run different image digests (a tag resolved differently on
+    different nodes) must not train together: pin the next group to the chief's digest, or
+    fail, as spec.imageSkewPolicy says."""
+    images = {w.index: w.image_id for w in group.workers
+              if w.phase in (WorkerPhase.RUNNING, WorkerPhase.SUCCEEDED) and w.image_id}
+    if len(set(images.values())) < 2:
+        return NO_ACTION
+    chief = images.get(0) or images[min(images)]
+    odd = min(i for i, image in images.items() if image != chief)
+    listing = ", ".join(f"worker-{i} {image}" for i, image in sorted(images.items()))
+    culprit = Culprit(odd, Reason.IMAGE_SKEW, f"workers run different images ({listing})",
+                      message=listing)
+    if spec.image_skew_policy is ImageSkewPolicy.FAIL_JOB:
+        return Action(ActionKind.FAIL_JOB, Reason.IMAGE_SKEW,
+                      f"{culprit.description}; spec.imageSkewPolicy is FailJob", culprit)
+    if status.pinned_image is not None or "@" not in chief:
+        why = ("they still differ after pinning" if status.pinned_image else
+               f"the chief's image {chief} has no registry digest to pin to")
+        return Action(ActionKind.FAIL_JOB, Reason.IMAGE_SKEW, f"{culprit.description}; {why}",
+                      culprit)
+    return Action(ActionKind.RESTART_GROUP_UNCOUNTED, Reason.IMAGE_SKEW,
+                  f"restarting group: {culprit.description}; every worker now runs the "
+                  f"chief's {chief} (spec.imageSkewPolicy PinToChief; not counted as a restart)",
+                  culprit, pin_image=chief)
 
 
 def _on_failure(spec: MultiWorkerJobSpec, status: JobStatus, worker: WorkerState) -> Action:
@@ -298,7 +331,7 @@ def refused_start_action(spec: MultiWorkerJobSpec, status: JobStatus, now: datet
     if not quota:
         return Action(ActionKind.FAIL_JOB, Reason.POD_REFUSED,
                       f"the API server refused worker-{worker}'s pod: {message}")
-    since = status.create_refused_since or now
+    since = status.blocked_since or now
     waited = (now - since).total_seconds()
     timeout = spec.health.startup_timeout_seconds
     if timeout is not None and waited >= timeout:

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 TIMEOUT_SECONDS = 2.0
 STATUS_SECONDS = 10.0  # without hang detection: how fresh status.progress is kept
 MIN_SECONDS = 2.0  # the fastest any job is polled
+YOUNG_SECONDS = 30.0  # a new group is polled every MIN_SECONDS this long: first steps show fast
 SILENT_MAX_SECONDS = 120.0  # a group that never answered is polled at most this rarely
 WRITE_SECONDS = 5.0  # progress news wakes a pass at most this often
 
@@ -68,8 +69,8 @@ class JobPolls:
 
     targets: Targets
     due: float  # loop time of the next poll
+    born: float = 0.0  # loop time its group was first polled
     health: GroupHealth | None = None
-    silent_polls: int = 0  # polls in a row in which no worker of the group had ever answered
     seen: tuple[tuple[int | None, ...], list[int], str | None, str, datetime | None] = (
         (), [], None, "", None)  # what the last pass wrote: progress, stragglers, ..., when
 
@@ -101,7 +102,7 @@ class Poller:
         polls = self.jobs.get(key)
         if polls is None or polls.targets.generation != targets.generation:
             first = loop.time() + random.uniform(0, min(1.0, poll_interval(targets)))
-            polls = self.jobs[key] = JobPolls(targets, first)
+            polls = self.jobs[key] = JobPolls(targets, first, born=loop.time())
             self._changed.set()
         polls.targets = targets
         polls.seen = _news_key(polls) + (now,)
@@ -147,7 +148,6 @@ class Poller:
                 metrics.BAD_PROGRESS_REPORTS.inc(bad)
             health = track(polls.health, targets, answers, self.clock())
             polls.health = mark_stragglers(health, targets.straggler_threshold)
-            polls.silent_polls = 0 if polls.health.ever_reported else polls.silent_polls + 1
             polls.due = asyncio.get_running_loop().time() + self._next_interval(polls)
             if news(polls):
                 self.notify(key)
@@ -161,9 +161,14 @@ class Poller:
             self._changed.set()
 
     def _next_interval(self, polls: JobPolls) -> float:
+        """Young groups fast; groups that never answered ever more rarely (a quarter of their
+        age, at most SILENT_MAX_SECONDS); the rest at their poll_interval. Jittered."""
+        age = asyncio.get_running_loop().time() - polls.born
         base = poll_interval(polls.targets, self.status_seconds)
-        if polls.silent_polls > 1:
-            base = min(base * 2 ** (polls.silent_polls - 1), max(base, SILENT_MAX_SECONDS))
+        if age < YOUNG_SECONDS:
+            base = MIN_SECONDS
+        elif polls.health is None or not polls.health.ever_reported:
+            base = min(max(base, age / 4), SILENT_MAX_SECONDS)
         return base * random.uniform(0.9, 1.1)
 
     async def fetch_all(self, workers: Sequence[tuple[int, str]], port: int

@@ -1,8 +1,10 @@
 """One reconcile pass over one job: a flat list of named steps.
 
 stop if finished → delete stale generations → suspend/resume → record progress → success
-policy → failure policy (failures, lost nodes, stuck starts) → hang policy → create the group
-→ Running condition. The status is written once, at the end (commit.py), and Events only after
+policy → failure policy (failures, image skew, lost nodes, stuck starts) → hang policy →
+create the group (creation.py) → Running condition. Jobs the steps cannot run on — an
+unreadable status, an invalid spec — are unrunnable.py's. The status is written once, at the
+end (commit.py), and Events only after
 that write succeeded. A pass reads the job, its pods and nodes from the watch-fed caches and
 decides from them alone, so the operator can be killed at any instant and converges when
 restarted.
@@ -18,55 +20,52 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from multiworker.api import CleanPodPolicy
-from multiworker.commit import commit, emit, write
-from multiworker.conditions import Reason, Type, find, set_condition
+from multiworker.commit import commit
+from multiworker.conditions import Reason, Type
 from multiworker.context import ClusterIO, Flow, Outcome, Pass
-from multiworker.events import event_type
+from multiworker.creation import ensure_workers, still_blocked, why_not_placed
+from multiworker.gang import pod_group_path
 from multiworker.hang import find_stall
 from multiworker.job import InvalidJobSpec, Job
-from multiworker.k8s import Conflict, Created, Gone, PodDeletion, RefusalKind, Refused
+from multiworker.k8s import Conflict, Gone, PodDeletion
 from multiworker.logs import job_logger
 from multiworker.nodes import NodeTrouble, node_trouble
 from multiworker.observe import WorkerPhase, observe_group
-from multiworker.ownership import Owned, controlled_by, ownership
 from multiworker.policy import (
-    Action,
     ActionKind,
     failure_action,
     hang_action,
     lost_node_deadline,
-    refused_start_action,
     startup_deadline,
     success_action,
 )
 from multiworker.progress import GroupHealth
-from multiworker.render import owner_reference, render_service, render_worker_pod
 from multiworker.reporting import current_health, poll_targets, record_progress
-from multiworker.status import TERMINAL_PHASES, JobStatus, Phase, UnreadableStatus, parse_status
+from multiworker.status import TERMINAL_PHASES, Phase, UnreadableStatus
 from multiworker.transitions import (
-    abandon_group,
     apply,
-    finish,
     forget_group,
     group_running,
     not_running,
     waiting_for,
 )
+from multiworker.unrunnable import fail_invalid_spec, refuse_unreadable_status
 
 Manifest = dict[str, Any]
 
 # A stale pod still there this long after its deletion deadline may be force-deleted — but
 # only if its node is gone or unreachable (else its kubelet is still stopping it).
 FORCE_DELETE_AFTER = timedelta(seconds=30)
-CONFLICT_RETRY_SECONDS = 30.0
 
 
 def reconcile(
     cluster: ClusterIO, namespace: str, name: str, now: datetime,
     health: GroupHealth | None = None, expected: Collection[str] = (),
+    gang_default: bool = False,
 ) -> Outcome:
     """One pass; `health` is the workers' progress as last polled (poller.py), `expected`
-    the pods this operator created that the cache has not shown yet."""
+    the pods this operator created that the cache has not shown yet, `gang_default` whether
+    jobs that leave spec.gang.enabled unset are gang-scheduled."""
     body = cluster.cached_job(namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return Outcome(gone=True)
@@ -86,7 +85,7 @@ def reconcile(
     troubles = _troubles(cluster, {w.node for w in group.workers} | {s.node for s in group.stale})
     log = job_logger(namespace, name, status.group_generation)
     p = Pass(cluster, body, job, group, troubles, now, status.model_copy(deep=True), log,
-             health)
+             health, pods=pods, gang_default=gang_default)
     for step in STEPS:
         if step(p) is Flow.DONE:
             break
@@ -153,6 +152,10 @@ def delete_stale_pods(p: Pass) -> Flow:
         p.emit(Reason.STALE_POD_FORCE_DELETED, message)
         deletions.append(PodDeletion(ns, pod.name, pod.uid, grace=0))
     p.cluster.delete_pods(deletions)
+    # A gang's PodGroup (one per generation, gang.py) goes with its pods, once.
+    for pod_group in sorted({pod.pod_group for pod in p.group.stale
+                             if pod.pod_group and pod.deletion is None}):
+        p.cluster.delete_object(pod_group_path(ns, pod_group))
     return Flow.CONTINUE
 
 
@@ -164,7 +167,7 @@ def suspend_or_resume(p: Pass) -> Flow:
                 s.group_generation += 1  # the running group is now stale: deleted next pass
                 forget_group(s)
             s.group_start_time = s.restart_after = s.recovering_since = None
-            s.create_refused_since = None
+            s.blocked_since = None
             message = (f"suspended: workers deleted; resuming starts generation "
                        f"{s.group_generation} from the last checkpoint")
             p.condition(Type.SUSPENDED, "True", Reason.SUSPENDED, message)
@@ -203,51 +206,13 @@ def hang_policy(p: Pass) -> Flow:
     return Flow.DONE if apply(p, hang_action(p.job.spec, p.status, stall)) else Flow.CONTINUE
 
 
-def ensure_workers(p: Pass) -> Flow:
-    """Create the current group, all pods at once, once the old pods are gone and the
-    backoff has passed. A refused pod fails the job, or (quota) retries the whole group."""
-    s = p.status
-    if s.group_start_time is not None or p.group.stale:
-        return Flow.CONTINUE
-    if s.restart_after is not None and p.now < s.restart_after:
-        p.wake_at(s.restart_after)
-        return Flow.CONTINUE
-    owner = owner_reference(p.job)
-    if not _ensure_service(p, owner):
-        return Flow.CONTINUE
-    missing = p.group.with_phase(WorkerPhase.MISSING)
-    pods = [render_worker_pod(p.job, w.index, s.group_generation, owner) for w in missing]
-    results = p.cluster.create_pods(pods)
-    refused = next(((w.index, r) for w, r in zip(missing, results, strict=True)
-                    if isinstance(r, Refused)), None)
-    if refused is not None:
-        return _refused(p, *refused, created=any(r is Created.CREATED for r in results))
-    for pod, result in zip(pods, results, strict=True):
-        if result is Created.EXISTS:
-            pod_name = pod["metadata"]["name"]
-            found = ownership(p.cluster.get_pod(p.job.namespace, pod_name), p.job.uid,
-                              generation=s.group_generation)
-            if found is not Owned.OURS:
-                _wait_or_conflict(p, found, "pod", pod_name)
-                return Flow.CONTINUE
-    s.group_start_time, s.restart_after, s.create_refused_since = p.now, None, None
-    s.start_time = s.start_time or p.now
-    p.created = [pod["metadata"]["name"] for pod, r in zip(pods, results, strict=True)
-                 if r is Created.CREATED]
-    created = len(p.created)
-    if created:
-        p.emit(Reason.GROUP_CREATED,
-               f"created {created} workers of generation {s.group_generation}")
-    return Flow.CONTINUE
-
-
 def compute_status(p: Pass) -> Flow:
     """The Running condition from the observed group (the phase follows in commit.py)."""
     group = p.group
     if group.all_running and not group.stale:
         group_running(p)
         return Flow.CONTINUE
-    reason, message = p.blocked or _still_refused(p) or waiting_for(p)
+    reason, message = p.blocked or still_blocked(p) or why_not_placed(p) or waiting_for(p)
     not_running(p, reason, message)
     p.wake_at(startup_deadline(p.job.spec, group))
     return Flow.CONTINUE
@@ -261,68 +226,9 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
     success_policy,
     failure_policy,
     hang_policy,
-    ensure_workers,
+    ensure_workers,  # creation.py
     compute_status,
 )
-
-
-# --- jobs the steps cannot run on ---
-
-
-def refuse_unreadable_status(cluster: ClusterIO, body: Manifest, problems: list[str],
-                             now: datetime) -> Outcome:
-    """Never act on a status we cannot read: no pod is created or deleted, nothing is reset.
-    Only the StatusUnreadable condition (and one Event) say why."""
-    meta = body["metadata"]
-    message = ("the operator cannot read this job's status and will not act on it until it "
-               "is fixed (pods are kept): " + "; ".join(problems)[:800])
-    raw = (body.get("status") or {}).get("conditions")
-    try:
-        conditions = JobStatus.model_validate({"conditions": raw or []}).conditions
-    except ValueError:
-        conditions = []
-    old = find(conditions, Type.STATUS_UNREADABLE)
-    if old is not None and old.message == message and old.status == "True":
-        return Outcome()
-    conditions = set_condition(conditions, Type.STATUS_UNREADABLE, "True",
-                               Reason.STATUS_UNREADABLE, message, now)
-    fields = {"conditions": [c.model_dump(mode="json", by_alias=True) for c in conditions]}
-    try:
-        write(cluster, body, fields)
-    except Conflict:
-        return Outcome(requeue=0)
-    emit(cluster, body, [(event_type(Reason.STATUS_UNREADABLE), Reason.STATUS_UNREADABLE,
-                          message)], now)
-    job_logger(meta["namespace"], meta["name"]).error("%s", message)
-    return Outcome()
-
-
-def fail_invalid_spec(cluster: ClusterIO, body: Manifest, problems: list[str],
-                      now: datetime) -> Outcome:
-    """A spec the CRD let through but the operator cannot run (or one changed while the job
-    ran): delete its pods — they hold GPUs — and fail, once, with every problem named."""
-    meta = body["metadata"]
-    uid = meta.get("uid", "")
-    doomed = [PodDeletion(meta["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"])
-              for pod in cluster.cached_pods(meta["namespace"], meta["name"])
-              if controlled_by(pod["metadata"], uid)
-              and not pod["metadata"].get("deletionTimestamp")]
-    cluster.delete_pods(doomed)
-    status = parse_status(body.get("status"))
-    if find(status.conditions, Type.FAILED) is not None and status.phase is Phase.FAILED:
-        return Outcome()
-    message = "invalid spec: " + "; ".join(problems)
-    status.phase, status.completion_time = Phase.FAILED, now
-    status.restart_after = status.recovering_since = status.create_refused_since = None
-    status.conditions = set_condition(status.conditions, Type.FAILED, "True",
-                                      Reason.INVALID_SPEC, message, now)
-    try:
-        write(cluster, body, status.model_dump(mode="json", by_alias=True))
-    except Conflict:
-        return Outcome(requeue=0)
-    emit(cluster, body, [(event_type(Reason.INVALID_SPEC), Reason.INVALID_SPEC, message)], now)
-    job_logger(meta["namespace"], meta["name"]).warning("%s", message)
-    return Outcome()
 
 
 # --- helpers of the steps ---
@@ -350,56 +256,3 @@ def _clean_finished_pods(p: Pass) -> None:
     p.cluster.delete_pods(deletions)
 
 
-def _refused(p: Pass, worker: int, refusal: Refused, created: bool) -> Flow:
-    action = refused_start_action(p.job.spec, p.status, p.now, refusal.message,
-                                  quota=refusal.kind is RefusalKind.QUOTA, worker=worker)
-    if refusal.kind is RefusalKind.INVALID:
-        action = Action(ActionKind.FAIL_JOB, Reason.INVALID_POD_TEMPLATE,
-                        f"the API server rejected worker-{worker}'s pod: {refusal.message}")
-    if action.kind is ActionKind.FAIL_JOB:
-        finish(p, Phase.FAILED, action)
-        return Flow.DONE
-    if created or p.group.has_pods:
-        abandon_group(p)  # no partial group waits for peers that will never come
-    s = p.status
-    s.create_refused_since = s.create_refused_since or p.now
-    s.restart_after = p.now + timedelta(seconds=action.delay_seconds)
-    p.blocked = (Reason.QUOTA_EXCEEDED, action.message)
-    p.wake_in(action.delay_seconds)
-    return Flow.CONTINUE
-
-
-def _still_refused(p: Pass) -> tuple[str, str] | None:
-    """While waiting to retry a group the quota refused, keep saying so."""
-    if p.status.create_refused_since is None:
-        return None
-    old = find(p.job.status.conditions, Type.RUNNING)
-    if old is not None and old.reason == Reason.QUOTA_EXCEEDED:
-        return old.reason, old.message
-    return None
-
-
-def _ensure_service(p: Pass, owner: Manifest) -> bool:
-    service = render_service(p.job, owner)
-    try:
-        if p.cluster.create_service(service) is Created.CREATED:
-            return True
-    except Refused as e:
-        finish(p, Phase.FAILED, Action(ActionKind.FAIL_JOB, Reason.POD_REFUSED,
-                                       f"the API server refused the job's Service: {e.message}"))
-        return False
-    name = service["metadata"]["name"]
-    found = ownership(p.cluster.get_service(p.job.namespace, name), p.job.uid, generation=None)
-    if found is Owned.OURS:
-        return True
-    _wait_or_conflict(p, found, "service", name)
-    return False
-
-
-def _wait_or_conflict(p: Pass, found: Owned, kind: str, name: str) -> None:
-    if found is Owned.WAIT:
-        p.wake_in(1)
-        return
-    p.blocked = (Reason.OBJECT_CONFLICT, f"{kind} {name} exists and is not controlled by "
-                                         "this job; delete it or rename the job")
-    p.wake_in(CONFLICT_RETRY_SECONDS)

@@ -110,9 +110,14 @@ class JobStatus(BaseModel):
     disruptions: int = 0
     """Group restarts caused by disruptions (eviction, preemption, deletion, node loss); these
     do not spend the restart budget."""
-    create_refused_since: Time | None = None
-    """When the API server first refused this job's worker pods (quota); cleared once they
-    are created."""
+    pinned_image: str | None = None
+    """The digest every worker's training container runs since an image skew was found
+    (spec.imageSkewPolicy PinToChief)."""
+    gpu_product: str | None = None
+    """The nvidia.com/gpu.product every worker of the current group was placed on."""
+    blocked_since: Time | None = None
+    """When creating the current group was first held up (pods refused by quota, no GPU
+    product with room for it); cleared once its pods are created."""
     bad_progress_reports: int = 0
     """Answers to GET /progress from the current group that could not be read."""
     restart_after: Time | None = None

@@ -49,6 +49,8 @@ def restart_group(p: Pass, action: Action) -> None:
     s.restart_after = p.now + timedelta(seconds=action.delay_seconds) \
         if action.delay_seconds else None
     s.recovering_since = s.recovering_since or p.now
+    if action.pin_image is not None:
+        s.pinned_image = action.pin_image
     forget_group(s)
     p.condition(Type.RESTARTING, "True", action.reason, action.message)
     p.emit(action.reason, action.message)
@@ -72,7 +74,7 @@ def finish(p: Pass, phase: Phase, action: Action) -> None:
     """Succeeded or Failed, for good: the condition says why, the next pass cleans up."""
     s = p.status
     s.completion_time = p.now
-    s.restart_after = s.recovering_since = s.create_refused_since = None
+    s.restart_after = s.recovering_since = s.blocked_since = None
     s.stragglers = []
     if phase is Phase.FAILED:
         if action.culprit is not None:

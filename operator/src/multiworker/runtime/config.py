@@ -19,11 +19,14 @@ from multiworker.contract import (
     MWJ_CHECKPOINT_DIR,
     MWJ_COLLECTIVE_TIMEOUT_SECONDS,
     MWJ_JOB_NAME,
+    MWJ_JOB_NAMESPACE,
+    MWJ_JOB_UID,
     MWJ_NUM_WORKERS,
     MWJ_PEER_TIMEOUT_SECONDS,
     MWJ_PROGRESS_PORT,
     MWJ_PROGRESS_PORTS,
     MWJ_RESTART_COUNT,
+    MWJ_RESUME_FROM_DIR,
     MWJ_TEST_FINGERPRINT_OVERRIDE,
     MWJ_WORKER_INDEX,
     TF_CONFIG,
@@ -36,6 +39,7 @@ __all__ = [
     "MWJ_PEER_TIMEOUT_SECONDS",
     "MWJ_PROGRESS_PORT",
     "MWJ_PROGRESS_PORTS",
+    "MWJ_RESUME_FROM_DIR",
     "RuntimeConfig",
     "host_and_port",
     "load_config",
@@ -60,6 +64,10 @@ class RuntimeConfig:
     """Each worker's progress port by index (MWJ_PROGRESS_PORTS); empty: all use ours."""
     fingerprint_override: str | None = None
     """MWJ_TEST_FINGERPRINT_OVERRIDE, for tests: JSON fields the preflight reports instead."""
+    job_namespace: str = ""
+    job_uid: str = ""
+    resume_from_dir: str | None = None
+    """Another run's checkpoint directory this job may restore from on purpose."""
 
     @property
     def num_workers(self) -> int:
@@ -96,6 +104,9 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
         _check_agrees(peers, task_index, num_workers, worker_index, problems)
     config = RuntimeConfig(
         job_name=environ.get(MWJ_JOB_NAME) or STANDALONE_JOB_NAME,
+        job_namespace=environ.get(MWJ_JOB_NAMESPACE, ""),
+        job_uid=environ.get(MWJ_JOB_UID, ""),
+        resume_from_dir=environ.get(MWJ_RESUME_FROM_DIR) or None,
         worker_index=task_index,
         peers=peers,
         restart_count=_integer(environ, MWJ_RESTART_COUNT, 0, 0, None, problems) or 0,

@@ -5,7 +5,8 @@ answering, which is itself the hang signal (docs/contracts.md). The board is upd
 training thread and read by the server thread, hence the lock.
 
 `step` counts optimizer steps since the job's first generation (it survives restarts with the
-checkpoint), `epoch` counts completed epochs, `restoredFromStep` is 0 unless this generation
+checkpoint), `epoch` counts completed epochs, `accuracy` is the model's training
+`accuracy` metric when it compiles one (else null), `restoredFromStep` is 0 unless this generation
 resumed from a checkpoint, `stepsPerSecond` covers the last 20 steps, `updatedAt` is the unix
 time of the last step (null before the first). `peers` lists the peer endpoints a starting
 worker still waits for and their state (peers.py), `software` what this worker runs, once
@@ -64,6 +65,7 @@ class ProgressBoard:
             "epoch": 0,
             "stepsPerSecond": 0.0,
             "loss": None,
+            "accuracy": None,
             "lastCheckpointStep": 0,
             "restoredFromStep": 0,
             "updatedAt": None,
@@ -80,11 +82,12 @@ class ProgressBoard:
         """Resuming at `step` (that checkpoint exists, so it is also the last checkpoint)."""
         self._update(step=step, epoch=epoch, restoredFromStep=step, lastCheckpointStep=step)
 
-    def step_done(self, step: int, loss: float | None) -> None:
+    def step_done(self, step: int, loss: float | None, accuracy: float | None = None) -> None:
         now = time.time()
         with self._lock:
             self._recent.append((now, step))
-            self._state.update(step=step, loss=loss, updatedAt=now, stepsPerSecond=self._rate())
+            self._state.update(step=step, loss=loss, accuracy=accuracy, updatedAt=now,
+                               stepsPerSecond=self._rate())
 
     def epoch_done(self, epochs_completed: int) -> None:
         self._update(epoch=epochs_completed)

@@ -75,6 +75,11 @@ test-e2e: venv binaries ## e2e tests with real TensorFlow pods (CLUSTER=local|ki
 	rc=0; CLUSTER=$(CLUSTER) $(PYTEST) tests/e2e || rc=$$?; \
 	if [ "$(CLUSTER)" = kind ] && [ -z "$(KEEP_CLUSTER)" ]; then hack/kind/down.sh; fi; exit $$rc
 
+chaos: venv binaries ## the full chaos suite on the local cluster (sizes: CHAOS_* variables, tests/chaos/config.py)
+	CHAOS_SEED=$${CHAOS_SEED:-$$(date +%s)} CHAOS_ROUNDS=$${CHAOS_ROUNDS:-3} \
+	CHAOS_KILLS=$${CHAOS_KILLS:-60} CHAOS_JOBS=$${CHAOS_JOBS:-8} CHAOS_SPECS=$${CHAOS_SPECS:-5000} \
+	CHAOS_ABUSE_SECONDS=$${CHAOS_ABUSE_SECONDS:-120} CLUSTER=$(CLUSTER) $(PYTEST) tests/chaos
+
 test: venv binaries ## everything CI runs: verify, then all test tiers on the local real cluster
 	$(MAKE) verify
 	CLUSTER=$(CLUSTER) $(PYTEST) tests
@@ -82,4 +87,4 @@ test: venv binaries ## everything CI runs: verify, then all test tiers on the lo
 clean: cluster-down ## stop the cluster and remove local state (caches stay)
 	rm -rf .cluster test-logs
 
-.PHONY: help run locks binaries venv cluster-up cluster-down images images-load images-smoke image-worker-gpu generate verify test-unit test-integration test-e2e test clean
+.PHONY: help run locks binaries venv cluster-up cluster-down images images-load images-smoke image-worker-gpu generate verify test-unit test-integration test-e2e test chaos clean

@@ -16,6 +16,10 @@ from multiworker import contract
 from multiworker.schema import Model, cel, validations
 from multiworker.template import PodTemplate
 
+# Durations in seconds stop at the int32 most Kubernetes APIs use (about 68 years): the
+# operator adds them to datetimes, which overflow long before int64 does.
+MAX_SECONDS = 2**31 - 1
+
 
 class ExitCodeAction(StrEnum):
     FAIL_JOB = "FailJob"
@@ -126,7 +130,7 @@ class RestartPolicy(Model):
 class HealthSpec(Model):
     """Detection of workers that cannot start, hang or straggle."""
 
-    progress_timeout_seconds: int | None = Field(default=None, ge=1)
+    progress_timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     """Restart the group (spending a restart) when no worker advances for this long: hang
     detection. Measured once every worker runs; a worker advances when GET /progress reports a
     new step or a new phase (starting, waiting-for-peers, training), and one that does not
@@ -134,7 +138,7 @@ class HealthSpec(Model):
     Unset or null turns it off."""
     progress_port: int = Field(default=contract.DEFAULT_PROGRESS_PORT, ge=1, le=65535)
     """Port where workers serve GET /progress (MWJ_PROGRESS_PORT)."""
-    startup_timeout_seconds: int | None = Field(default=300, ge=1)
+    startup_timeout_seconds: int | None = Field(default=300, ge=1, le=MAX_SECONDS)
     """Fail the job when a worker cannot start for this long (unschedulable, image pull
     errors, bad container config); null waits forever."""
     straggler_threshold: float | None = Field(default=None, gt=0, le=1)
@@ -143,10 +147,11 @@ class HealthSpec(Model):
     node_lost_seconds: int = Field(default=20, ge=1, le=3600)
     """Restart the group (as a disruption) when a worker's node has been NotReady or
     unreachable for this long — Kubernetes itself evicts such pods only after ~5 minutes."""
-    peer_timeout_seconds: int = Field(default=contract.DEFAULT_PEER_TIMEOUT_SECONDS, ge=1)
+    peer_timeout_seconds: int = Field(default=contract.DEFAULT_PEER_TIMEOUT_SECONDS, ge=1,
+                                      le=MAX_SECONDS)
     """How long a starting worker waits for its peers (MWJ_PEER_TIMEOUT_SECONDS)."""
     collective_timeout_seconds: int = Field(
-        default=contract.DEFAULT_COLLECTIVE_TIMEOUT_SECONDS, ge=1)
+        default=contract.DEFAULT_COLLECTIVE_TIMEOUT_SECONDS, ge=1, le=MAX_SECONDS)
     """Abort a collective whose peer is gone after this long (MWJ_COLLECTIVE_TIMEOUT_SECONDS)."""
 
 
@@ -216,7 +221,7 @@ class MultiWorkerJobSpec(Model):
     suspend: bool = False
     """Suspending deletes the workers and keeps the job; resuming starts a new group, which
     resumes from the last checkpoint."""
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     """Delete the job (and everything it owns) this long after it finished. Unset keeps it."""
     clean_pod_policy: CleanPodPolicy = CleanPodPolicy.RUNNING
     """Which pods to delete when the job finishes: Running deletes those still running and

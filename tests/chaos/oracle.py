@@ -230,3 +230,17 @@ def violations(job: Obj) -> list[str]:
 def repair(job: Obj) -> None:
     for rule in RULES:
         rule.repair(job)
+
+
+def names(message: str, path: str) -> bool:
+    """Whether the API server's message names the field at `path` (`a.b[0].c`). A list item
+    may be named by index or, in server-side apply's notation, by its value or key (`b[=5]`,
+    `b[name="x"]`)."""
+    parts = re.split(r"\[\d+\]", path)
+    if re.search(r"\[[^\]]*\]".join(re.escape(p) for p in parts), message):
+        return True
+    # Server-side apply's typed-patch notation for an item of a list map that lacks its key:
+    # `.spec.template.spec.containers: element 1: ... omits all key fields ["name"]`.
+    item = re.match(r"(.*)\[(\d+)\]\.([^.\[]+)$", path)
+    return item is not None and f"{item[1]}: element {item[2]}" in message \
+        and f'"{item[3]}"' in message

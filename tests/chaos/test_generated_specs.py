@@ -11,7 +11,6 @@ holds more than a batch of them. Two explicit examples put every number at its s
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 from collections import Counter
@@ -23,7 +22,7 @@ from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from tests.chaos.config import Chaos
 from tests.chaos.conftest import Figures, operator_log
 from tests.chaos.generate import Case, Generator, boundary_cases
-from tests.chaos.oracle import RULES, unknown_rules, use_schema
+from tests.chaos.oracle import RULES, names, unknown_rules, use_schema
 from tests.chaos.recorder import Event, Recorder, to_event
 from tests.chaos.rest import Rest, apply, jobs_path
 from tests.chaos.schema import crd_schema
@@ -35,14 +34,6 @@ pytestmark = [pytest.mark.usefixtures("fake_nodes", "crds"), pytest.mark.timeout
 
 BATCH = 50
 STEADY = ("Running", "Suspended", "Succeeded", "Failed")
-
-
-def names(message: str, path: str) -> bool:
-    """Whether the API server's message names the field at `path` (`a.b[0].c`). A list item
-    may be named by index or, in server-side apply's notation, by its value or key (`b[=5]`,
-    `b[name="x"]`)."""
-    parts = re.split(r"\[\d+\]", path)
-    return re.search(r"\[[^\]]*\]".join(re.escape(p) for p in parts), message) is not None
 
 
 def done(job: Event) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from tests.chaos.breakage import Breakage, breakages
@@ -12,6 +13,7 @@ from tests.chaos.generate import MAX_RUNNING_WORKERS, Case, Generator
 from tests.chaos.oracle import (
     RULES,
     apply_defaults,
+    names,
     unknown_rules,
     use_schema,
     violations,
@@ -72,3 +74,25 @@ def test_rules_see_the_schema_defaults() -> None:
     for rule in RULES:
         rule.repair(job)
     assert violations(job) == []
+
+
+SSA_MISSING_KEY = (".spec.template.spec.containers: element 1: associative list with keys has an "
+                   'element that omits all key fields ["name"]')
+
+
+@pytest.mark.parametrize(("message", "path", "named"), [
+    ('spec.workers: Invalid value: 0: should be greater than or equal to 1', "spec.workers",
+     True),
+    ("spec.template.spec.containers[1].image: Required value",
+     "spec.template.spec.containers[1].image", True),
+    ('spec.template.spec.containers[name="x"].image: Required value',
+     "spec.template.spec.containers[0].image", True),
+    (SSA_MISSING_KEY, "spec.template.spec.containers[1].name", True),
+    (SSA_MISSING_KEY, "spec.template.spec.containers[2].name", False),
+    (SSA_MISSING_KEY, "spec.template.spec.containers[1].image", False),
+    ("spec.suspend: Invalid value", "spec.workers", False),
+])
+def test_a_refusal_names_the_field_in_any_notation_the_api_server_uses(
+    message: str, path: str, named: bool
+) -> None:
+    assert names(message, path) is named

@@ -16,6 +16,7 @@ import yaml
 from tests.cluster import REPO, Cluster
 from tests.integration.jobs import Jobs, env_of
 from tests.integration.test_helm import Release
+from tests.support import wait_for
 
 EXAMPLES = REPO / "examples"
 APPLIED_HERE = {"checkpoint-pvc.yaml", "cpu-job.yaml", "gpu-job.yaml"}
@@ -73,7 +74,9 @@ def test_cpu_example_learns_the_digits_through_the_helm_installed_operator(
     progress = status.get("progress") or {}
     # Training accuracy as last polled (held-out accuracy below, from the chief's own check).
     assert progress.get("step", 0) > 0 and 0 < (progress.get("accuracy") or 0) <= 1, status
-    assert any(reason == "ChiefSucceeded" for _, reason, _ in jobs.events(name))
+    # The Event follows the status write; on a busy cluster it can take a moment to list.
+    wait_for(lambda: any(reason == "ChiefSucceeded" for _, reason, _ in jobs.events(name)), 30,
+             describe=lambda: f"a ChiefSucceeded Event\n{jobs.describe(name)}")
     chief = f"{name}-worker-0"
     assert held_out_accuracy(jobs, chief) >= 0.9
     uid = jobs.get(name)["metadata"]["uid"]  # type: ignore[index]

@@ -186,13 +186,14 @@ def test_pod_the_api_server_rejects_fails_the_job(jobs: Jobs) -> None:
 def test_checkpoint_volume_survives_a_group_restart(jobs: Jobs) -> None:
     """Every generation mounts the same claim: what generation 0 wrote, generation 1 reads."""
     volume = f"mwj-{jobs.namespace}"[:63]
+    shared = jobs.cluster.shared_dir or "/tmp"  # seen alike by every node (kind: on several)
     claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "ckpt"},
              "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
                       "volumeName": volume, "resources": {"requests": {"storage": "1Mi"}}}}
     pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
           "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteMany"],
                    "storageClassName": "", "persistentVolumeReclaimPolicy": "Delete",
-                   "hostPath": {"path": f"/tmp/{volume}", "type": "DirectoryOrCreate"}}}
+                   "hostPath": {"path": f"{shared}/{volume}", "type": "DirectoryOrCreate"}}}
     script = """
         echo "generation $MWJ_RESTART_COUNT worker $MWJ_WORKER_INDEX" >> "$MWJ_CHECKPOINT_DIR/log"
         if [ "$MWJ_WORKER_INDEX" = 0 ] && [ "$MWJ_RESTART_COUNT" = 0 ]; then sleep 1; exit 1; fi

@@ -17,7 +17,6 @@ kubeconfig=$state/kind-kubeconfig
 # One host directory in every node at the same path: hostPath volumes under it are shared by
 # pods on different nodes (the e2e checkpoint volumes; real clusters use a ReadWriteMany class).
 shared_dir=${MW_KIND_SHARED_DIR:-/var/lib/multiworker/kind-shared}
-pod_subnet=10.244.0.0/16                    # kind's default; the node image's CNI unit uses it
 
 # The private engine: only started when no Docker engine answers. Its images (the node image)
 # live in the cache and survive `down`; sockets, pid and log live under /run.

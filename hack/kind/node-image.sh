@@ -6,9 +6,10 @@
 #     (node-rootfs.sh), then the steps of kind's images/base/Dockerfile with the files of the
 #     sigs.k8s.io/kind module at $KIND_VERSION, and the pod-network unit in node/ (no kindnetd);
 #   - kubeadm, kubelet, kubectl and the control-plane images from the same pinned Kubernetes
-#     build as the local cluster (hack/cluster/k8s-build), etcd from etcd-build/, CoreDNS from
-#     the local cluster's build, pause from images/pause; the images preloaded into the node's
-#     containerd under the names kubeadm asks for.
+#     build as the local cluster (hack/cluster/k8s-build), etcd and crictl from the modules in
+#     etcd-build/ and crictl-build/, CoreDNS from the local cluster's build, pause from
+#     images/pause; the images preloaded into the node's containerd under the names kubeadm
+#     asks for.
 # The key hashes every input, so a second run with nothing changed only checks that the engine
 # holds the image (seconds). Needs root, a Docker engine (docker.sh up), Go and the Go proxy.
 set -euo pipefail
@@ -54,14 +55,11 @@ build_etcd() { # VERSION (v3.x.y)
 }
 
 build_crictl() {
-  local out=$bin/crictl-$crictl_version
-  [ -x "$out" ] && return 0
-  local gb; gb=$(mktemp -d)
-  log "building crictl $crictl_version"
-  GOBIN=$gb go install -trimpath -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$crictl_version" \
-    "sigs.k8s.io/cri-tools/cmd/crictl@$crictl_version" 2>&1 | grep -v '^go: downloading' >&2 || true
-  [ -x "$gb/crictl" ] || die "building crictl failed"
-  mv "$gb/crictl" "$out"; rm -rf "$gb"
+  grep -q "sigs.k8s.io/cri-tools $crictl_version\b" "$here/crictl-build/go.mod" \
+    || die "hack/kind/crictl-build does not pin cri-tools $crictl_version"
+  GOFLAGS=-mod=readonly go_build "$bin/crictl-$crictl_version" "$here/crictl-build" \
+    sigs.k8s.io/cri-tools/cmd/crictl \
+    -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$crictl_version"
 }
 
 build_kubeadm
@@ -232,8 +230,10 @@ kill "$ctrd_pid"; wait "$ctrd_pid" 2>/dev/null || true; ctrd_pid=
 rm -rf "$images" "$work/layers"
 
 log "node image $ref: importing into the engine ($(du -sh "$root" | cut -f1))"
+# (kind's own image also has STOPSIGNAL SIGRTMIN+3, which `docker import` cannot set: a
+# `docker stop` of a node takes its 10 s timeout; kind itself deletes nodes with SIGKILL.)
 tar --numeric-owner --xattrs -C "$root" -c . | docker import \
-  --change 'ENV container=docker' --change 'STOPSIGNAL SIGRTMIN+3' \
+  --change 'ENV container=docker' \
   --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' - "$ref" >/dev/null
 # Older builds of this image only take space in the engine.
 docker images --format '{{.Repository}}:{{.Tag}}' "$node_repo" | grep -vx "$ref" \

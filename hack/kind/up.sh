@@ -39,7 +39,7 @@ EOF
   if [ "$offline" = 1 ]; then
     cat <<EOF
 networking:
-  disableDefaultCNI: true   # no kindnetd image offline: the node image's mw-cni unit instead
+  disableDefaultCNI: true   # no kindnetd image offline: the node image's mw-cni service instead
 EOF
   fi
   echo "nodes:"
@@ -64,6 +64,10 @@ EOF
   kind: ClusterConfiguration
   dns:
     imageTag: $COREDNS_VERSION
+  controllerManager:
+    extraArgs:   # pod subnets come from the nodes' mw-cni unit, not spec.podCIDR
+    - name: allocate-node-cidrs
+      value: "false"
 EOF
   fi
 }
@@ -126,7 +130,9 @@ done
 if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1; then
   for node in $(nodes); do
     node_ip=$(docker inspect -f '{{with index .NetworkSettings.Networks "kind"}}{{.IPAddress}}{{end}}' "$node")
-    if [ "$offline" = 1 ]; then cidr=10.244.${node_ip##*.}.0/24   # node/mw-cni.sh's rule
+    if [ "$offline" = 1 ]; then   # the subnet the node's mw-cni unit chose
+      cidr=$(docker exec "$node" jq -r '.plugins[0].ipam.ranges[0][0].subnet' \
+        /etc/cni/net.d/10-multiworker.conflist 2>/dev/null || true)
     else cidr=$(kc get node "$node" -o jsonpath='{.spec.podCIDR}'); fi
     [ -n "$node_ip" ] && [ -n "$cidr" ] || continue
     if ip route replace "$cidr" via "$node_ip"; then echo "$cidr via $node_ip" >> "$state/kind-routes"

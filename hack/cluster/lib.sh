@@ -44,11 +44,18 @@ is_running() { # NAME: the process recorded in pids/NAME.pid is alive
 }
 
 # start NAME COMMAND...: run in its own session, log to logs/NAME.log, record the PID.
+# Descriptors above 2 are closed first: a daemon must not inherit (and so hold forever) a lock
+# or pipe of whoever brought the cluster up, e.g. `flock LOCK make cluster-up`.
 start() {
   local name=$1; shift
   if is_running "$name"; then return 0; fi
   mkdir -p "$state/logs" "$state/pids"
-  setsid "$@" >"$state/logs/$name.log" 2>&1 < /dev/null &
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"
+    done
+    exec setsid "$@" >"$state/logs/$name.log" 2>&1 < /dev/null
+  ) &
   echo $! > "$state/pids/$name.pid"
 }
 

@@ -10,6 +10,7 @@
 # iptables, IP forwarding and bridges alone: --iptables=false --ip-masq=false
 # --ip-forward=false --bridge=none (kind's own network needs none of them).
 set -euo pipefail
+# shellcheck source=hack/kind/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 # cap_sys_resource_bounded: root may hold CAP_SYS_RESOURCE (bit 24 of CapBnd).

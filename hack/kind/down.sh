@@ -5,6 +5,7 @@
 # the node image (in the engine's data root under $MW_CACHE) and the shared directory
 # ($MW_KIND_SHARED_DIR: checkpoints written there survive). Safe to run when nothing is up.
 set -euo pipefail
+# shellcheck source=hack/kind/lib.sh
 source "$(dirname "$0")/lib.sh"
 use_engine
 

@@ -3,7 +3,7 @@
 # engine started when no engine answers, and the offline node image.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-# shellcheck source=../cluster/versions.env
+# shellcheck source=hack/cluster/versions.env
 source "$repo/hack/cluster/versions.env"
 cache=${MW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/multiworker}
 bin=$cache/bin

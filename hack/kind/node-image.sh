@@ -13,6 +13,7 @@
 # The key hashes every input, so a second run with nothing changed only checks that the engine
 # holds the image (seconds). Needs root, a Docker engine (docker.sh up), Go and the Go proxy.
 set -euo pipefail
+# shellcheck source=hack/kind/lib.sh
 source "$(dirname "$0")/lib.sh"
 use_engine
 crictl_version=v1.36.0

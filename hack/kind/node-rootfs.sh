@@ -5,6 +5,7 @@
 # this script, the package list or the mirrors change (or with --force). Prints its path.
 # Needs root (debootstrap, chroot) and the Debian mirror; about 1.5 minutes on 2 cores.
 set -euo pipefail
+# shellcheck source=hack/kind/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 suite=bookworm

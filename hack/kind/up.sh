@@ -11,6 +11,7 @@
 # forces it). Re-running with nothing changed takes seconds; a changed config or node image
 # recreates the cluster.
 set -euo pipefail
+# shellcheck source=hack/kind/lib.sh
 source "$(dirname "$0")/lib.sh"
 t0=$SECONDS
 "$repo/hack/cluster/build-binaries.sh" >/dev/null
@@ -134,7 +135,7 @@ if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1; then
       cidr=$(docker exec "$node" jq -r '.plugins[0].ipam.ranges[0][0].subnet' \
         /etc/cni/net.d/10-multiworker.conflist 2>/dev/null || true)
     else cidr=$(kc get node "$node" -o jsonpath='{.spec.podCIDR}'); fi
-    [ -n "$node_ip" ] && [ -n "$cidr" ] || continue
+    if [ -z "$node_ip" ] || [ -z "$cidr" ]; then continue; fi
     if ip route replace "$cidr" via "$node_ip"; then echo "$cidr via $node_ip" >> "$state/kind-routes"
     else log "warning: no route to $node's pods ($cidr via $node_ip)"; fi
   done

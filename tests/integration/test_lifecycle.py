@@ -163,7 +163,8 @@ def test_delete_removes_everything_the_job_owns(jobs: Jobs) -> None:
 def test_unschedulable_worker_fails_after_the_startup_timeout(jobs: Jobs) -> None:
     manifest = job("train", SLEEP, workers=2, health={"startupTimeoutSeconds": 3})
     container = manifest["spec"]["template"]["spec"]["containers"][0]
-    container["resources"] = {"limits": {"nvidia.com/gpu": 3}}  # 2 x 3 > the node's 4
+    most = max(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in jobs.cluster.nodes())
+    container["resources"] = {"limits": {"nvidia.com/gpu": most + 1}}  # more than any node has
     jobs.apply(manifest)
     status = jobs.wait_phase("train", "Failed")
     failed = condition(status, "Failed")

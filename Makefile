@@ -8,6 +8,10 @@ VENV := .venv
 CLUSTER ?= local
 export MW_CACHE ?= $(HOME)/.cache/multiworker
 PYTEST := $(VENV)/bin/python -m pytest
+CRD := crds/multiworker.dev_multiworkerjobs.yaml
+# The pinned Kubernetes' PodTemplateSpec schemas that spec.template's CRD schema is made from.
+OPENAPI := operator/src/multiworker/podtemplatespec.openapi.json
+PIP_TOOLS := pip-tools==7.6.2
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -19,6 +23,9 @@ $(VENV)/.installed: operator/pyproject.toml
 	touch $@
 
 venv: $(VENV)/.installed ## create .venv with the package and test dependencies
+
+run: venv ## cluster, images, helm install, then the example job followed until it Succeeds
+	hack/run.sh
 
 binaries: ## build the pinned Kubernetes, CoreDNS, helm and kind binaries (cached by version)
 	hack/cluster/build-binaries.sh
@@ -43,14 +50,21 @@ images-smoke: images ## run each image in a private containerd and check it
 image-worker-gpu: ## the GPU worker image (several GB; never built in CI)
 	hack/images/build.sh worker-gpu
 
-generate: venv ## regenerate files derived from the source (CRD)
-	$(VENV)/bin/python -m multiworker.crd > crds/multiworker.dev_multiworkerjobs.yaml
+locks: venv ## re-resolve the images' committed wheel locks (UPGRADE=1: newest releases)
+	$(VENV)/bin/pip install -q '$(PIP_TOOLS)'
+	hack/images/locks.sh $(if $(filter 1,$(UPGRADE)),--upgrade)
+
+generate: venv ## regenerate derived files: the Kubernetes OpenAPI excerpt, then the CRD
+	PY=$(VENV)/bin/python hack/k8s-openapi.sh > $(OPENAPI).tmp && mv $(OPENAPI).tmp $(OPENAPI)
+	$(VENV)/bin/python -m multiworker.crd > $(CRD)
 
 verify: venv binaries ## lint, type-check and fail on generated-file drift
 	$(VENV)/bin/ruff check operator tests
 	$(VENV)/bin/mypy --config-file operator/pyproject.toml operator/src
 	$(MW_CACHE)/bin/helm lint --strict charts/multiworker-operator 2>&1 | grep -v 'found symbolic link'
-	$(VENV)/bin/python -m multiworker.crd | diff -u crds/multiworker.dev_multiworkerjobs.yaml - \
+	PY=$(VENV)/bin/python hack/k8s-openapi.sh | cmp -s $(OPENAPI) - \
+		|| { echo "$(OPENAPI) is stale: run make generate"; exit 1; }
+	$(VENV)/bin/python -m multiworker.crd | diff -u $(CRD) - \
 		|| { echo "crds/ is stale: run make generate"; exit 1; }
 
 test-unit: venv binaries ## unit and runtime tests (no cluster)
@@ -63,6 +77,11 @@ test-e2e: venv binaries ## e2e tests with real TensorFlow pods (CLUSTER=local|ki
 	rc=0; CLUSTER=$(CLUSTER) $(PYTEST) tests/e2e || rc=$$?; \
 	if [ "$(CLUSTER)" = kind ] && [ -z "$(KEEP_CLUSTER)" ]; then hack/kind/down.sh; fi; exit $$rc
 
+chaos: venv binaries ## the full chaos suite on the local cluster (sizes: CHAOS_* variables, tests/chaos/config.py)
+	CHAOS_SEED=$${CHAOS_SEED:-$$(date +%s)} CHAOS_ROUNDS=$${CHAOS_ROUNDS:-3} \
+	CHAOS_KILLS=$${CHAOS_KILLS:-60} CHAOS_JOBS=$${CHAOS_JOBS:-8} CHAOS_SPECS=$${CHAOS_SPECS:-5000} \
+	CHAOS_ABUSE_SECONDS=$${CHAOS_ABUSE_SECONDS:-120} CLUSTER=$(CLUSTER) $(PYTEST) tests/chaos
+
 test: venv binaries ## everything CI runs: verify, then all test tiers on the local real cluster
 	$(MAKE) verify
 	CLUSTER=$(CLUSTER) $(PYTEST) tests
@@ -70,4 +89,4 @@ test: venv binaries ## everything CI runs: verify, then all test tiers on the lo
 clean: cluster-down ## stop the cluster and remove local state (caches stay)
 	rm -rf .cluster test-logs
 
-.PHONY: help binaries venv cluster-up cluster-down images images-load images-smoke image-worker-gpu generate verify test-unit test-integration test-e2e test clean
+.PHONY: help run locks binaries venv cluster-up cluster-down images images-load images-smoke image-worker-gpu generate verify test-unit test-integration test-e2e test chaos clean

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support import wait_for
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("MW_CACHE", Path.home() / ".cache" / "multiworker"))
 BIN = CACHE / "bin"
@@ -72,6 +74,20 @@ class Cluster:
                 f"{proc.stderr}{proc.stdout}"
             )
         return proc
+
+    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+        """Poll until every CRD is Established: `kubectl wait` fails outright while a CRD just
+        created has no conditions yet (seen in CI), instead of waiting for them.
+        """
+        query = "{.status.conditions[?(@.type=='Established')].status}"
+        for crd in crds:
+            name = crd.removeprefix("crd/")
+
+            def established(name: str = name) -> bool:
+                proc = self.kubectl("get", "crd", name, "-o", f"jsonpath={query}", check=False)
+                return proc.stdout == "True"
+
+            wait_for(established, timeout, describe=f"CRD {name} to be Established")
 
     def kubectl_path(self) -> str:
         return shutil.which("kubectl", path=self.env["PATH"]) or "kubectl"

@@ -5,6 +5,7 @@ Unit and runtime tests never touch these, so they run without any cluster.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import uuid
@@ -27,8 +28,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Cluster:
-    return provision(os.environ.get("CLUSTER", "local"))
+def cluster() -> Iterator[Cluster]:
+    """The cluster under test, with any installed operator (say, the release `make run`
+    installed) scaled to zero for the session and scaled back afterwards: its leader
+    election would otherwise take the tests' namespaces from the tests' own operators."""
+    found = provision(os.environ.get("CLUSTER", "local"))
+    paused = pause_installed_operators(found)
+    yield found
+    for namespace, name, replicas in paused:
+        found.kubectl("-n", namespace, "scale", "deployment", name, f"--replicas={replicas}",
+                      check=False)
+
+
+def pause_installed_operators(cluster: Cluster) -> list[tuple[str, str, int]]:
+    proc = cluster.kubectl("get", "deployments", "-A", "-l",
+                           "app.kubernetes.io/name=multiworker-operator", "-o", "json",
+                           check=False)
+    if proc.returncode != 0:
+        return []
+    paused = []
+    for item in json.loads(proc.stdout).get("items", []):
+        meta, replicas = item["metadata"], item["spec"].get("replicas", 1)
+        if replicas:
+            print(f"pausing {meta['namespace']}/{meta['name']} for the test session "
+                  "(scaled back afterwards)")
+            cluster.kubectl("-n", meta["namespace"], "scale", "deployment", meta["name"],
+                            "--replicas=0")
+            paused.append((meta["namespace"], meta["name"], int(replicas)))
+    return paused
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ if is_running containerd; then
     ctr --address "$sock" -n k8s.io containers rm "$c" >/dev/null 2>&1
   done
 fi
-for c in kwok kube-proxy containerd coredns kube-scheduler kube-controller-manager kube-apiserver etcd; do
+for c in podgroup-controller coscheduler kwok kube-proxy containerd coredns kube-scheduler kube-controller-manager kube-apiserver etcd; do
   stop "$c"
 done
 # containerd's shims outlive it; they belong to us if they talk to our socket.

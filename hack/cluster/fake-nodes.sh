@@ -55,6 +55,11 @@ broken_watch() {
   kc get --raw "/api/v1/namespaces?$q&fieldSelector=metadata.name%3Ddefault" 2>&1 \
     | grep -q RequestWatchProgress
 }
+# kwok outlives this script: it must not inherit the descriptor that `flock LOCKFILE cmd` passes
+# down, or the lock (e.g. /tmp/mw-cluster.lock) stays held until kwok stops.
+for fd in /proc/$$/fd/*; do
+  [[ $(readlink "$fd" 2>/dev/null) == *.lock ]] && eval "exec ${fd##*/}>&-"
+done
 kwok_args=(--config "$here/kwok/stages.yaml" --cidr "$fake_cidr"
            --manage-nodes-with-label-selector "$selector")
 if is_running kwok; then :

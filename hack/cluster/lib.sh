@@ -38,6 +38,12 @@ wait_until() {
   done
 }
 
+# established CRD: the API server serves it. Polled with wait_until, because `kubectl wait`
+# fails outright while a just-created CRD has no conditions yet.
+established() {
+  [ "$(kc get crd "$1" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ]
+}
+
 is_running() { # NAME: the process recorded in pids/NAME.pid is alive
   local f=$state/pids/$1.pid
   [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null

@@ -38,11 +38,13 @@ cert scheduler "/CN=system:kube-scheduler"
 cert kubelet "/O=system:nodes/CN=system:node:$node"
 cert kube-proxy "/CN=system:kube-proxy"
 cert coredns "/CN=multiworker:coredns"
+cert podgroup-controller "/CN=multiworker:podgroup-controller"   # gang.sh
 
-# kubeconfig FILE CERT: a kubeconfig for one identity.
+# kubeconfig FILE CERT: a kubeconfig for one identity, replaced atomically (gang.sh runs this on
+# a live cluster whose processes may be reading these files).
 kubeconfig_for() {
   local file=$1 who=$2
-  cat > "$file" <<KC
+  cat > "$file.tmp" <<KC
 apiVersion: v1
 kind: Config
 clusters:
@@ -60,8 +62,10 @@ contexts:
   context: {cluster: multiworker-local, user: $who}
 current-context: multiworker-local
 KC
+  chmod 600 "$file.tmp"
+  mv "$file.tmp" "$file"
 }
-for who in controller-manager scheduler kubelet kube-proxy coredns; do
+for who in controller-manager scheduler kubelet kube-proxy coredns podgroup-controller; do
   kubeconfig_for "$state/$who.kubeconfig" "$who"
 done
 kubeconfig_for "$kubeconfig" admin

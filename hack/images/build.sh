@@ -4,11 +4,12 @@
 #   build.sh [--force] [pause|base|worker|operator|worker-gpu|all]...    (default: all)
 # `all` is pause, base, worker and operator; worker-gpu (several GB) only when named.
 # Each archive is rebuilt only when a hash of its inputs changes (stored beside it as
-# <name>.key): pause.c; the base's script and package list; for worker/operator the Dockerfile,
-# images/common, the package sources, examples/training, the wheel lock and the base image ID.
+# <name>.key): pause.c; the base's script and package list; for worker/operator images/<name>
+# (the Dockerfile and the committed wheel lock, requirements.txt), images/common, the package
+# sources, examples/training and the base image ID.
 # pause and base need only gcc, debootstrap and python3; the others need buildah.
 # Debian updates and new PyPI releases are not inputs: `--force base` runs debootstrap again,
-# MW_REFRESH_LOCKS=1 resolves the wheels again.
+# `make locks` (hack/images/locks.sh) moves the committed locks on purpose.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -99,25 +100,25 @@ load_base_into_buildah() {
   buildah tag "$base_id" "$base_ref"
 }
 
-# build_python NAME FLAVOR SOURCES...: a Dockerfile image whose venv comes from the wheel cache.
+# build_python NAME SOURCES...: a Dockerfile image whose venv is exactly the committed lock
+# images/NAME/requirements.txt, installed from the wheel cache.
 build_python() {
-  local name=$1 flavor=$2; shift 2
-  local dockerfile=$repo/images/$name/Dockerfile lock key
+  local name=$1; shift
+  local dockerfile=$repo/images/$name/Dockerfile key
   [ -f "$dockerfile" ] || die "$name: $dockerfile is missing"
   need buildah buildah
   for src in "$@"; do [ -e "$repo/$src" ] || die "$name: $src is missing from the repo"; done
   build_base
-  lock=$("$here/wheels.sh" "$flavor")
   # Wheels come in through a read-only bind mount, so they never land in a layer. --layers
   # keeps each step as a cached layer: a source change rebuilds only the small top layers.
   local bud=(--isolation chroot --pull=never --layers --file "$dockerfile"
     --ignorefile "$dockerfile.dockerignore" --build-arg "BASE=$base_id" --build-arg WHEELS=/wheels
-    --build-arg "LOCK=/wheels/locks/$(basename "$lock")"
-    --build-arg "LOCK_SHA256=$(sha256sum "$lock" | cut -c1-64)" --volume "$wheels:/wheels:ro")
-  # The key: the sources and buildah's arguments (with the base's ID and the lock's hash).
+    --volume "$wheels:/wheels:ro")
+  # The key: the sources (images/NAME holds the lock) and buildah's arguments (the base's ID).
   key=$(hash_text "$(hash_tree "images/$name" images/common "$@")" "${bud[@]#"$repo"/}")
   up_to_date "$name" "$key" && return 0
 
+  "$here/wheels.sh" "$name"
   local t0=$SECONDS old new
   old=$(buildah inspect --type image --format '{{.FromImageID}}' "$(ref "$name")" 2>/dev/null || true)
   log "$name: building $(ref "$name") from $base_ref ${base_id:0:12} (log: $archives/$name.build.log)"
@@ -139,8 +140,8 @@ for target in "${targets[@]}"; do
   case $target in
     pause) build_pause ;;
     base) build_base ;;
-    worker) build_python worker worker "${runtime_sources[@]}" examples/training ;;
-    worker-gpu) build_python worker-gpu worker-gpu "${runtime_sources[@]}" examples/training ;;
-    operator) build_python operator operator "${runtime_sources[@]}" ;;
+    worker) build_python worker "${runtime_sources[@]}" examples/training ;;
+    worker-gpu) build_python worker-gpu "${runtime_sources[@]}" examples/training ;;
+    operator) build_python operator "${runtime_sources[@]}" ;;
   esac
 done

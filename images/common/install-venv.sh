@@ -1,17 +1,16 @@
 #!/bin/sh
 # Installs Python code into the virtualenv /opt/venv of an image, in two steps so that the big,
 # rarely changing part is a layer of its own (rebuilt only when the requirements change):
-#   install-venv.sh deps REQUIREMENTS      create /opt/venv with the image's requirements
-#                                          (requirements.py's output; ignored when LOCK is set)
+#   install-venv.sh deps LOCK              create /opt/venv with exactly the packages of LOCK,
+#                                          the image's committed lock (exact versions, sha256s)
 #   install-venv.sh package FLAVOR DIR     add the multiworker package from DIR (the operator/
 #                                          directory) without its dependencies: the worker needs
 #                                          only multiworker.runtime. FLAVOR: operator | worker*
 #
-# Build arguments (environment), set by hack/images/build.sh for offline builds:
+# Build argument (environment), set by hack/images/build.sh for offline builds:
 #   WHEELS       a directory of wheels: install from it only, never from an index
-#   LOCK         a requirements file with exact versions and hashes (pip --require-hashes)
-#   LOCK_SHA256  the lock's sha256 (checked; it also changes the build cache key with the lock)
-# Without them (e.g. `docker build` on a laptop), REQUIREMENTS is resolved against the index.
+# Without it (e.g. `docker build` on a laptop), the same files come from the index; either way
+# pip checks every file against the lock's hashes and resolves nothing (--no-deps).
 set -eu
 venv=/opt/venv
 # pip runs from the wheel python3 bundles for ensurepip, so neither pip nor an old setuptools
@@ -32,15 +31,10 @@ index_options() {
 }
 
 deps() {
-  requirements=$1
+  lock=$1
   if [ -n "$pip_wheel" ]; then python3 -m venv --without-pip "$venv"; else python3 -m venv "$venv"; fi
   # shellcheck disable=SC2046  # index_options is words on purpose
-  if [ -n "${LOCK:-}" ]; then
-    if [ -n "${LOCK_SHA256:-}" ]; then echo "$LOCK_SHA256  $LOCK" | sha256sum -c --quiet; fi
-    pip install $(index_options) --require-hashes --no-deps -r "$LOCK"
-  else
-    pip install $(index_options) -r "$requirements"
-  fi
+  pip install $(index_options) --only-binary=:all: --require-hashes --no-deps -r "$lock"
   # Headers are for compiling TensorFlow custom ops, not for running it.
   rm -rf "$venv"/lib/python3*/site-packages/tensorflow/include
 }
@@ -53,7 +47,7 @@ package() {
   if [ "$flavor" = operator ]; then pip check; fi
 }
 
-step=${1:?usage: install-venv.sh deps REQUIREMENTS | package FLAVOR DIR}
+step=${1:?usage: install-venv.sh deps LOCK | package FLAVOR DIR}
 shift
 case $step in
   deps) deps "$@" ;;

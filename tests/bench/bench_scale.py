@@ -47,6 +47,7 @@ from tests.bench.harness import (
     VERSION,
     Cluster,
     Obj,
+    cpu_seconds,
     free_port,
     operator,
     wait_for,
@@ -80,12 +81,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def fake_nodes(cluster: Cluster, *args: str) -> None:
     cluster.run(REPO / "hack/cluster/fake-nodes.sh", *args)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a live process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def job_manifest(name: str, workers: int) -> Obj:
@@ -174,8 +169,7 @@ def run(args: argparse.Namespace) -> dict[int, list[Sample]]:
     try:
         fake_nodes(cluster, str(nodes), str(args.gpus))
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                        f"crd/{PLURAL}.{GROUP}")
+        cluster.wait_established(f"{PLURAL}.{GROUP}")
         cluster.kubectl("create", "namespace", ns)
         with operator(cluster, ns, logs / "operator.log", "--metrics-port", str(free_port()),
                       ready_timeout=60) as proc:

@@ -1,4 +1,4 @@
-"""What the two benchmarks share: commands and reads against the cluster, and the real operator.
+"""What the benchmarks share: commands and reads against the cluster, operator processes.
 
 Polling comes from the suite (tests/support.py). The benchmarks run as scripts from the repo
 root; each puts the root on sys.path before importing this module.
@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,9 @@ from kubernetes import client, config
 
 from tests.support import wait_for
 
-__all__ = ["GROUP", "IMAGE", "JOB_LABEL", "PLURAL", "REPO", "VERSION", "Cluster", "Obj",
-           "free_port", "operator", "wait_for"]
+__all__ = ["BIN", "GROUP", "IMAGE", "JOB_LABEL", "OPERATOR", "PLURAL", "REPO", "VERSION",
+           "Cluster", "Obj", "cpu_seconds", "free_port", "http_ok", "operator", "process",
+           "rss_bytes", "wait_for"]
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("MW_CACHE", Path.home() / ".cache" / "multiworker")) / "bin"
@@ -38,6 +39,7 @@ class Cluster:
     """Commands (output captured) and API reads against one cluster."""
 
     def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
         self.env = dict(os.environ, KUBECONFIG=str(kubeconfig),
                         PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
         api = config.new_client_from_config(  # type: ignore[no-untyped-call]
@@ -57,6 +59,12 @@ class Cluster:
         return self.run(shutil.which("kubectl", path=self.env["PATH"]) or "kubectl", *args,
                         stdin=stdin, check=check)
 
+    def wait_established(self, crd: str) -> None:
+        """Wait until the API server serves `crd` (`kubectl wait` fails while it has no status)."""
+        query = '{.status.conditions[?(@.type=="Established")].status}'
+        wait_for(lambda: self.kubectl("get", "crd", crd, "-o", f"jsonpath={query}",
+                                      check=False) == "True", 60, 0.2, f"CRD {crd} established")
+
     def job_status(self, namespace: str, name: str) -> Obj:
         job: Any = self.custom.get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name)
@@ -75,25 +83,19 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def operator(cluster: Cluster, namespace: str, log: Path, *options: str,
-             ready_timeout: float = 30) -> Iterator[subprocess.Popen[bytes]]:
-    """The real operator for `namespace` with extra command-line `options`, as the integration
-    tier runs it; stopped (SIGTERM, then SIGKILL) on the way out."""
-    health = free_port()
-    cmd = [str(OPERATOR), "--standalone", "--namespace", namespace,
-           "--health-port", str(health), *options]
+def process(cmd: list[str], env: dict[str, str], log: Path, ready: Callable[[], bool],
+            ready_timeout: float = 60) -> Iterator[subprocess.Popen[bytes]]:
+    """`cmd` as a subprocess (output appended to `log`) once `ready()`; stopped on the way out
+    (SIGTERM, then SIGKILL after 15 s)."""
     with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, env=cluster.env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        def healthy() -> bool:
+        def up() -> bool:
             if proc.poll() is not None:
-                raise RuntimeError(f"the operator exited {proc.returncode}; see {log}")
-            url = f"http://127.0.0.1:{health}/healthz"
-            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1):
-                return True
-            return False
+                raise RuntimeError(f"{Path(cmd[0]).name} exited {proc.returncode}; see {log}")
+            return ready()
 
-        wait_for(healthy, ready_timeout, interval=0.1, describe="a healthy operator")
+        wait_for(up, ready_timeout, interval=0.1, describe=f"{Path(cmd[0]).name} ready")
         yield proc
     finally:
         proc.terminate()
@@ -102,3 +104,36 @@ def operator(cluster: Cluster, namespace: str, log: Path, *options: str,
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def http_ok(url: str) -> bool:
+    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1):
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def operator(cluster: Cluster, namespace: str, log: Path, *options: str,
+             ready_timeout: float = 30) -> Iterator[subprocess.Popen[bytes]]:
+    """The real operator for `namespace` with extra command-line `options`, as the integration
+    tier runs it; stopped (SIGTERM, then SIGKILL) on the way out."""
+    health = free_port()
+    cmd = [str(OPERATOR), "--identity", "bench", "--namespace", namespace,
+           "--health-port", str(health), *options]
+    with process(cmd, cluster.env, log, lambda: http_ok(f"http://127.0.0.1:{health}/healthz"),
+                 ready_timeout) as proc:
+        yield proc
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a live process, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0

@@ -16,7 +16,12 @@ from typing import Any
 import pytest
 
 from tests.cluster import Cluster
-from tests.integration.conftest import crds, jobs, operator  # noqa: F401  (shared fixtures)
+from tests.integration.conftest import (  # noqa: F401  (shared fixtures)
+    chart_env,
+    crds,
+    jobs,
+    operator,
+)
 from tests.integration.test_helm import (  # noqa: F401  (the Helm tests' release fixtures)
     chart_crds,
     helm,

@@ -1,8 +1,9 @@
 """Integration tier: the CRD from crds/ on a real API server, and the real operator process.
 
-`operator` starts `multiworker-operator --standalone --namespace <test namespace>` as a
-subprocess (so each test has its own operator watching only its own namespace), waits for its
-health endpoint, and saves its log to test-logs/<namespace>/operator.log when the test fails.
+`operator` starts `multiworker-operator --namespace <test namespace>` as a subprocess (so each
+test has its own operator watching only its own namespace, with leader election on as in
+production), waits for its health endpoint, and saves its log to
+test-logs/<namespace>/operator.log when the test fails.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 
 from tests.cluster import REPO, Cluster
 from tests.integration.jobs import Jobs
+from tests.integration.rbac import chart_identity
 from tests.support import wait_for
 
 CRD_DIR = REPO / "crds"
@@ -34,7 +36,7 @@ def crds(cluster: Cluster) -> None:
     """Install the CRD exactly as committed; a missing CRD fails the tier, never skips it."""
     assert list(CRD_DIR.glob("*.yaml")), f"no CRDs in {CRD_DIR}: run `make generate`"
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    cluster.wait_established(CRD_NAME)
 
 
 def free_port() -> int:
@@ -53,12 +55,16 @@ class OperatorProcess:
     health_port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    extra: tuple[str, ...] = ()  # more command-line options
+    # Stable across restarts, like a pod name: a restarted operator is the same instance and
+    # renews its Lease at once instead of waiting for it to expire.
+    identity: str = "operator-0"
 
     def start(self) -> None:
         assert OPERATOR.exists(), f"{OPERATOR} missing: pip install -e 'operator[test]'"
-        args = [str(OPERATOR), "--standalone", "--namespace", self.namespace,
+        args = [str(OPERATOR), "--namespace", self.namespace,
                 "--health-port", str(self.health_port), "--metrics-port", str(self.metrics_port),
-                "--log-level", "debug"]
+                "--log-level", "debug", "--identity", self.identity, *self.extra]
         with self.log_path.open("ab") as log:
             log.write(f"\n==== starting {' '.join(args)}\n".encode())
             log.flush()
@@ -80,6 +86,21 @@ class OperatorProcess:
 
     def metrics(self) -> str:
         return self.get(self.metrics_port, "/metrics") or ""
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples whose labels include `labels` (0 when absent)."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if not line.startswith(name) or line.startswith("#"):
+                continue
+            sample, _, value = line.rpartition(" ")
+            metric, _, rest = sample.partition("{")
+            if metric != name:
+                continue
+            found = dict(kv.split("=", 1) for kv in rest.rstrip("}").split(",") if "=" in kv)
+            if all(found.get(k, "").strip('"') == v for k, v in labels.items()):
+                total += float(value)
+        return total
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, no goodbye — the worst case for convergence."""
@@ -103,11 +124,19 @@ class OperatorProcess:
 
 
 @pytest.fixture
+def chart_env(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment of an operator that has only the chart's RBAC (rbac.py)."""
+    identity = chart_identity(cluster, namespace, tmp_path)
+    yield {**cluster.env, "KUBECONFIG": str(identity.kubeconfig)}
+    identity.delete(cluster)
+
+
+@pytest.fixture
 def operator(
-    cluster: Cluster, namespace: str, crds: None, request: pytest.FixtureRequest,
-    tmp_path: Path,
+    namespace: str, crds: None, request: pytest.FixtureRequest, tmp_path: Path,
+    chart_env: dict[str, str],
 ) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(env=cluster.env, namespace=namespace,
+    process = OperatorProcess(env=chart_env, namespace=namespace,
                               log_path=tmp_path / "operator.log")
     process.start()
     yield process

@@ -96,9 +96,7 @@ CEL_CRD = {
 
 def test_crd_cel_rule_rejects_bad_object(cluster: Cluster, namespace: str) -> None:
     cluster.kubectl("apply", "-f", "-", input=json.dumps(CEL_CRD))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/widgets.smoke.multiworker.dev", "--timeout=30s"
-    )
+    cluster.wait_established("widgets.smoke.multiworker.dev", timeout=30)
 
     def widget(name: str, lo: int, hi: int) -> str:
         return json.dumps({

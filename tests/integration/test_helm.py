@@ -24,8 +24,7 @@ from tests.integration.jobs import Jobs, job
 from tests.support import wait_for
 
 CHART = REPO / "charts" / "multiworker-operator"
-CRD_NAMES = ("multiworkerjobs.multiworker.dev", "kopfpeerings.kopf.dev",
-             "clusterkopfpeerings.kopf.dev")
+CRD_NAMES = ("multiworkerjobs.multiworker.dev",)
 # What the operator exports (operator/src/multiworker/metrics.py); a scrape must show them all.
 OPERATOR_METRICS = ("multiworker_jobs", "multiworker_group_restarts_total")
 Obj = dict[str, Any]
@@ -79,8 +78,7 @@ def chart_crds(cluster: Cluster) -> None:
     """
     proc = cluster.kubectl("create", "-f", str(CHART / "crds"), check=False)
     assert proc.returncode == 0 or "AlreadyExists" in proc.stderr, proc.stderr
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    *(f"crd/{name}" for name in CRD_NAMES))
+    cluster.wait_established(*CRD_NAMES)
 
 
 def values_file(tmp_path: Path, values: Obj) -> str:
@@ -200,10 +198,25 @@ class Release:
                             "--all-containers", "--prefix", "--tail=-1", check=False)
         return proc.stdout + proc.stderr
 
-    def peers(self) -> set[str]:
-        """Identities (pod names) with a keep-alive in the release's KopfPeering."""
-        proc = self.kubectl("get", "kopfpeering", self.fullname, "-o", "json")
-        return set(json.loads(proc.stdout).get("status") or {})
+    def lease_holder(self) -> str | None:
+        """The identity (a pod name) holding the leader-election Lease of the namespace."""
+        proc = self.kubectl("get", "lease", "multiworker-operator", "-o", "json", check=False)
+        if proc.returncode != 0:
+            return None
+        holder: str | None = json.loads(proc.stdout)["spec"].get("holderIdentity")
+        return holder
+
+    def pod_metric(self, pod: str, name: str) -> float | None:
+        """One sample of a metric scraped from one operator pod through the API server."""
+        path = (f"/api/v1/namespaces/{self.namespace}/pods/{pod}:"
+                f"{self.values_metrics_port}/proxy/metrics")
+        proc = self.cluster.kubectl("get", "--raw", path, check=False)
+        for line in proc.stdout.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+    values_metrics_port = 8080
 
     def pod_names(self) -> list[str]:
         out = self.kubectl("get", "pods", "-l", f"app.kubernetes.io/instance={self.name}",
@@ -224,8 +237,7 @@ def test_install_upgrade_uninstall(release: Release, tmp_path: Path) -> None:
     ns, cluster = release.namespace, release.cluster
     release.install({"watchNamespaces": [ns]}, tmp_path)
     release.wait_rolled_out()
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
-                    *(f"crd/{name}" for name in CRD_NAMES))
+    cluster.wait_established(*CRD_NAMES, timeout=30)
     assert "--log-level=info" in operator_args(release)
 
     installed = owned_objects(release)
@@ -303,21 +315,24 @@ def test_chart_rbac_is_enough_for_a_job_lifetime(
     assert not denied, "the operator was denied:\n" + "\n".join(denied)
 
 
-def test_ha_replicas_peer(release: Release, tmp_path: Path) -> None:
-    """Two replicas both keep the peering object alive: kopf peering really runs."""
-    ns = release.namespace
-    release.install({"replicaCount": 2, "watchNamespaces": [ns]}, tmp_path)
+@pytest.mark.usefixtures("images")
+def test_ha_exactly_one_replica_acts_and_says_so(
+    release: Release, jobs: Jobs, tmp_path: Path
+) -> None:
+    """Two replicas: the Lease holder handles the job; the other waits, says so in its log and
+    exports 0 leading namespaces."""
+    release.install({"replicaCount": 2, "watchNamespaces": [release.namespace]}, tmp_path)
     release.wait_rolled_out()
     pods = set(release.pod_names())
     assert len(pods) == 2
-    wait_for(lambda: release.peers() >= pods, 90, interval=1,
-             describe=lambda: f"both pods {pods} in the peering object, got {release.peers()}")
-
-
-@pytest.mark.usefixtures("images")
-def test_ha_one_replica_handles_jobs(release: Release, jobs: Jobs, tmp_path: Path) -> None:
-    release.install({"replicaCount": 2, "watchNamespaces": [release.namespace]}, tmp_path)
-    release.wait_rolled_out()
-    wait_for(lambda: len(release.peers()) == 2, 90, interval=1, describe="two peers")
     jobs.apply(job("ha", "exec sleep 3600", workers=1))
     jobs.wait_phase("ha", "Running", timeout=60)
+    holder = wait_for(release.lease_holder, 30, interval=1, describe="a Lease holder")
+    assert holder in pods
+    (standby,) = pods - {holder}
+    wait_for(lambda: release.pod_metric(holder, "multiworker_leading_namespaces") == 1, 30,
+             interval=1, describe="the holder to export one leading namespace")
+    assert release.pod_metric(standby, "multiworker_leading_namespaces") == 0
+    says = f"{holder} holds its Lease multiworker-operator): this instance waits"
+    wait_for(lambda: says in release.kubectl("logs", standby).stdout, 30, interval=1,
+             describe=f"the standby {standby} to log that it waits")

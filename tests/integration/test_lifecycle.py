@@ -196,6 +196,7 @@ def test_checkpoint_volume_survives_a_group_restart(jobs: Jobs) -> None:
                    "storageClassName": "", "persistentVolumeReclaimPolicy": "Delete",
                    "hostPath": {"path": f"{shared}/{volume}", "type": "DirectoryOrCreate"}}}
     script = """
+        mkdir -p "$MWJ_CHECKPOINT_DIR"
         echo "generation $MWJ_RESTART_COUNT worker $MWJ_WORKER_INDEX" >> "$MWJ_CHECKPOINT_DIR/log"
         if [ "$MWJ_WORKER_INDEX" = 0 ] && [ "$MWJ_RESTART_COUNT" = 0 ]; then sleep 1; exit 1; fi
         exec sleep 3600
@@ -206,8 +207,10 @@ def test_checkpoint_volume_survives_a_group_restart(jobs: Jobs) -> None:
         jobs.apply(job("train", script, workers=2, restartPolicy={"backoffSeconds": 0},
                        checkpoint={"claimName": "ckpt", "mountPath": "/ckpt"}))
         jobs.wait_running("train", generation=1)
-        assert {env_of(p)["MWJ_CHECKPOINT_DIR"] for p in jobs.pods("train")} == {"/ckpt"}
-        written = jobs.kubectl("exec", "train-worker-1", "--", "cat", "/ckpt/log").stdout
+        uid = (jobs.get("train") or {})["metadata"]["uid"]
+        own = f"/ckpt/{jobs.namespace}/train-{uid}"  # the job's own directory on the claim
+        assert {env_of(p)["MWJ_CHECKPOINT_DIR"] for p in jobs.pods("train")} == {own}
+        written = jobs.kubectl("exec", "train-worker-1", "--", "cat", f"{own}/log").stdout
         assert set(written.splitlines()) == {
             f"generation {g} worker {w}" for g in (0, 1) for w in (0, 1)}
     finally:

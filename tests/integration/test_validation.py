@@ -1,5 +1,7 @@
 """Invalid jobs are refused by `kubectl apply` itself (structural schema + CEL), naming the
-field — no webhook, no operator needed. Examples in examples/ pass the same checks."""
+field — no webhook, no operator needed. spec.template is the pinned Kubernetes' full
+PodTemplateSpec schema, so a typo deep inside it is refused too (kubectl's default strict field
+validation). Examples in examples/ pass the same checks."""
 
 from __future__ import annotations
 
@@ -52,7 +54,37 @@ INVALID: list[tuple[str, Callable[[Obj], None], str]] = [
     ("reserved-label", lambda m: m["spec"]["template"].update(
         metadata={"labels": {"multiworker.dev/job-name": "x"}}),
      "spec.template.metadata.labels: keys under multiworker.dev/ are reserved"),
+    # Typed all the way down: Kubernetes' own types of pod fields.
+    ("port-not-a-number", lambda m: container(m).update(ports=[{"containerPort": "http"}]),
+     "spec.template.spec.containers[0].ports[0].containerPort"),
+    ("env-not-a-list", lambda m: container(m).update(env={"A": "1"}),
+     "spec.template.spec.containers[0].env"),
 ]
+
+
+def test_unknown_field_deep_in_the_template_is_refused(jobs: Jobs) -> None:
+    manifest = job("typo", "exit 0", workers=2)
+    container(manifest)["resources"] = {"limit": {"cpu": "1"}}  # limits, misspelt
+    proc = jobs.apply(manifest, check=False)
+    assert proc.returncode != 0, "a template with resources.limit was accepted"
+    assert 'unknown field "spec.template.spec.containers[0].resources.limit"' in proc.stderr
+    assert jobs.get("typo") is None
+
+
+def test_quantities_are_integers_or_strings(jobs: Jobs) -> None:
+    manifest = job("quantities", "exit 0", workers=2)
+    container(manifest)["resources"] = {"limits": {"cpu": "500m", "memory": "1Gi",
+                                                   "nvidia.com/gpu": 1}}
+    jobs.apply(manifest)
+    stored = jobs.get("quantities")
+    assert stored is not None
+    assert container(stored)["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_kubectl_explain_shows_kubernetes_docs_inside_the_template(jobs: Jobs) -> None:
+    proc = jobs.kubectl("explain", "mwj.spec.template.spec.containers.resources")
+    assert "Compute Resources required by this container" in proc.stdout
+    assert "limits" in proc.stdout and "requests" in proc.stdout
 
 
 @pytest.mark.parametrize(("name", "mutate", "field"), INVALID, ids=[i[0] for i in INVALID])
@@ -90,7 +122,7 @@ def test_defaults_are_visible_in_the_stored_job(jobs: Jobs) -> None:
     assert stored is not None
     spec = stored["spec"]
     assert spec["port"] == 2222 and spec["successPolicy"] == "ChiefSucceeded"
-    assert spec["restartPolicy"] == {"maxRestarts": 3, "backoffSeconds": 1,
+    assert spec["restartPolicy"] == {"maxRestarts": 3, "maxDisruptions": 20, "backoffSeconds": 1,
                                      "maxBackoffSeconds": 300, "defaultAction": "RestartGroup"}
     assert spec["health"]["progressPort"] == 8471
     assert spec["health"]["startupTimeoutSeconds"] == 300

@@ -5,6 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from multiworker.api import HealthSpec
+from multiworker.contract import (
+    DEFAULT_COLLECTIVE_TIMEOUT_SECONDS,
+    DEFAULT_PEER_TIMEOUT_SECONDS,
+)
 from multiworker.runtime.config import RuntimeConfig, load_config
 from multiworker.runtime.errors import ConfigError
 
@@ -80,7 +85,49 @@ def test_optional_variables_default() -> None:
         None,
         8471,
     )
-    assert config.peer_timeout_seconds > 0 and config.collective_timeout_seconds > 0
+    assert (config.peer_timeout_seconds, config.collective_timeout_seconds) == (
+        DEFAULT_PEER_TIMEOUT_SECONDS,
+        DEFAULT_COLLECTIVE_TIMEOUT_SECONDS,
+    )
+    assert config.progress_port_of(0) == config.progress_port_of(1) == 8471
+
+
+def test_runtime_and_api_default_the_timeouts_alike() -> None:
+    """One default each, in multiworker.contract; the operator's API must agree."""
+    health = HealthSpec()
+    assert health.peer_timeout_seconds == DEFAULT_PEER_TIMEOUT_SECONDS
+    assert health.collective_timeout_seconds == DEFAULT_COLLECTIVE_TIMEOUT_SECONDS
+    assert health.progress_port == load_config({}).progress_port
+
+
+def test_progress_ports_of_a_group_on_one_host() -> None:
+    config = load_config(env(MWJ_PROGRESS_PORT=None, MWJ_PROGRESS_PORTS="9001,9002"))
+    assert config.progress_port == 9002
+    assert [config.progress_port_of(i) for i in range(2)] == [9001, 9002]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"MWJ_PROGRESS_PORTS": "9001"}, "MWJ_PROGRESS_PORTS: '9001' must list 2 ports"),
+        ({"MWJ_PROGRESS_PORTS": "9001,x"}, "MWJ_PROGRESS_PORTS: '9001,x' is not a comma"),
+        ({"MWJ_PROGRESS_PORTS": "9001,0"}, "MWJ_PROGRESS_PORTS: '9001,0' must list 2 ports"),
+        (
+            {"MWJ_PROGRESS_PORTS": "9001,9002"},
+            "MWJ_PROGRESS_PORTS: lists 9002 for this worker, but MWJ_PROGRESS_PORT=8471",
+        ),
+        (
+            {"MWJ_PROGRESS_PORTS": "9001", "TF_CONFIG": None},
+            "MWJ_PROGRESS_PORTS: set, but TF_CONFIG is missing",
+        ),
+    ],
+)
+def test_malformed_progress_ports_are_rejected(
+    overrides: dict[str, str | None], expected: str
+) -> None:
+    assert any(p.startswith(expected) for p in problems(env(**overrides))), problems(
+        env(**overrides)
+    )
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from multiworker.runtime.exits import write_termination_message
 
 SCRIPT = """
 import sys
@@ -66,3 +68,16 @@ def test_bad_configuration_exits_2_listing_every_problem() -> None:
 def test_run_and_config_do_not_import_tensorflow() -> None:
     result = run_script("done")
     assert "tensorflow imported: False" in result.stdout, result.stderr
+
+
+def test_the_termination_message_is_written_only_where_kubernetes_mounted_it(
+    tmp_path: Path,
+) -> None:
+    mounted = tmp_path / "termination-log"
+    mounted.touch()  # the kubelet creates the file; outside Kubernetes there is none
+    assert write_termination_message("workers differ: x (exit 2)", str(mounted))
+    assert mounted.read_text() == "workers differ: x (exit 2)"
+    assert write_termination_message("é" * 5000, str(mounted))
+    assert mounted.read_text() == "é" * 2048
+    assert not write_termination_message("x", str(tmp_path / "absent"))
+    assert not (tmp_path / "absent").exists()

@@ -1,13 +1,10 @@
-"""The runtime's pure pieces: resume plans, stop-check pacing, abort summaries, peer waits."""
+"""The runtime's pure pieces: resume plans, stop-check pacing, abort summaries."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 from multiworker.runtime.aborts import describe_abort
 from multiworker.runtime.config import load_config
-from multiworker.runtime.peers import wait_until
 from multiworker.runtime.preemption import (
     MAX_STEPS_BETWEEN_CHECKS,
     steps_between_checks,
@@ -84,22 +81,3 @@ def test_abort_summary_without_a_named_peer() -> None:
         "collective aborted (DeadlineExceededError): Collective has timed out waiting for other "
         "workers. [Op:CollectiveReduceV2]; a peer died"
     )
-
-
-def test_wait_until_returns_the_peers_still_missing_at_the_deadline() -> None:
-    ready = {"a:1"}
-    start = time.monotonic()
-    assert wait_until(["a:1", "b:1"], ready.__contains__, start + 0.6, "down") == [
-        "b:1"
-    ]
-    assert 0.5 <= time.monotonic() - start < 2
-
-
-def test_wait_until_returns_as_soon_as_everyone_is_ready() -> None:
-    calls: list[str] = []
-
-    def ready(peer: str) -> bool:
-        calls.append(peer)
-        return len(calls) > 2
-
-    assert wait_until(["a:1", "b:1"], ready, time.monotonic() + 10, "down") == []

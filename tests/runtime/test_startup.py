@@ -34,33 +34,44 @@ def test_malformed_tf_config_exits_2_naming_the_problems(launcher: Launcher) -> 
 
 
 def test_unreachable_peers_exit_3_within_the_peer_timeout(launcher: Launcher) -> None:
-    """Worker 0 alone: the registration barrier times out. Worker 1 alone: worker 0's port
-    never opens. A peer whose name never resolves: the DNS wait times out."""
+    """Worker 0 alone: worker 1's progress port never answers its preflight. Worker 1 alone:
+    worker 0's ports never open. A peer whose name never resolves: named as such."""
     timeout, env = 5.0, {"MWJ_PEER_TIMEOUT_SECONDS": "5"}
     leader, follower = f"localhost:{free_port()}", f"localhost:{free_port()}"
-    (alone_as_0,) = launcher.start(2, peers=[leader, follower], only=(0,), env=env)
+    ports = [free_port(), free_port()]
+    (alone_as_0,) = launcher.start(
+        2, peers=[leader, follower], only=(0,), env=env, progress_ports=ports
+    )
     silent_leader = f"localhost:{free_port()}"
     peers = [silent_leader, f"localhost:{free_port()}"]
-    (alone_as_1,) = launcher.start(2, peers=peers, only=(1,), env=env, generation=1)
+    leader_ports = [free_port(), free_port()]
+    (alone_as_1,) = launcher.start(
+        2, peers=peers, only=(1,), env=env, generation=1, progress_ports=leader_ports
+    )
     unnamed = "no-such-worker.invalid:2222"
     peers = [f"localhost:{free_port()}", unnamed]
-    (no_name,) = launcher.start(2, peers=peers, only=(0,), env=env, generation=2)
+    unnamed_ports = [free_port(), free_port()]
+    (no_name,) = launcher.start(
+        2, peers=peers, only=(0,), env=env, generation=2, progress_ports=unnamed_ports
+    )
 
     for worker in (alone_as_0, alone_as_1, no_name):
         assert worker.wait(timeout=60) == 3, worker.log()
         waited = waiting_seconds(worker.log())
         assert timeout <= waited <= timeout + 10, worker.log()
+    prefix = "peers not reachable after 5s (MWJ_PEER_TIMEOUT_SECONDS): "
+    refused = "connection refused (not listening yet)"
     assert (
-        "group did not form within 5s (MWJ_PEER_TIMEOUT_SECONDS); "
-        f"missing: worker 1 ({follower})" in alone_as_0.log()
+        f"{prefix}worker-1 (localhost:{ports[1]}, progress port): {refused} (exit 3)"
+        in alone_as_0.log()
     )
     assert (
-        f"peers not accepting connections after 5s (MWJ_PEER_TIMEOUT_SECONDS): {silent_leader}"
-        in alone_as_1.log()
+        f"{prefix}worker-0 (localhost:{leader_ports[0]}, progress port): {refused}; "
+        f"worker-0 ({silent_leader}, TensorFlow port): {refused} (exit 3)" in alone_as_1.log()
     )
     assert (
-        f"peers not resolvable after 5s (MWJ_PEER_TIMEOUT_SECONDS): {unnamed}"
-        in no_name.log()
+        f"{prefix}worker-1 (no-such-worker.invalid:{unnamed_ports[1]}, progress port): "
+        "name does not resolve" in no_name.log()
     )
 
 

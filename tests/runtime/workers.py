@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-TRAIN = REPO / "examples" / "training" / "train.py"
+TRAIN = REPO / "examples" / "training" / "train.py"  # synthetic and fast, with test knobs
+DIGITS = REPO / "examples" / "training" / "digits.py"  # the example jobs run
 QUIET_TF = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
     "TF_ENABLE_ONEDNN_OPTS": "0",
@@ -46,9 +47,11 @@ def worker_env(
     index: int,
     generation: int,
     checkpoint_dir: Path | None,
-    progress_port: int,
+    progress_ports: list[int],
 ) -> dict[str, str]:
-    """The operator's worker environment (docs/contracts.md) for one loopback worker."""
+    """The operator's worker environment (docs/contracts.md) for one loopback worker, plus
+    MWJ_PROGRESS_PORTS: on one host each worker needs its own progress port, and the
+    preflight must know the others'."""
     env = {
         "TF_CONFIG": json.dumps(
             {"cluster": {"worker": peers}, "task": {"type": "worker", "index": index}}
@@ -57,7 +60,8 @@ def worker_env(
         "MWJ_NUM_WORKERS": str(len(peers)),
         "MWJ_WORKER_INDEX": str(index),
         "MWJ_RESTART_COUNT": str(generation),
-        "MWJ_PROGRESS_PORT": str(progress_port),
+        "MWJ_PROGRESS_PORT": str(progress_ports[index]),
+        "MWJ_PROGRESS_PORTS": ",".join(map(str, progress_ports)),
         "MWJ_PEER_TIMEOUT_SECONDS": str(PEER_TIMEOUT),
         "MWJ_COLLECTIVE_TIMEOUT_SECONDS": str(COLLECTIVE_TIMEOUT),
     }
@@ -74,9 +78,12 @@ class Worker:
     progress_port: int
     started: float = field(default_factory=time.monotonic)
 
-    def progress(self, timeout: float = 1.0) -> dict[str, Any] | None:
-        """GET /progress, or None when the worker does not answer (not up, stopped, gone)."""
-        url = f"http://127.0.0.1:{self.progress_port}/progress"
+    def progress(
+        self, timeout: float = 1.0, path: str = "/progress"
+    ) -> dict[str, Any] | None:
+        """GET /progress (or `path`), or None when the worker does not answer (not up,
+        stopped, gone) or answers with an error."""
+        url = f"http://127.0.0.1:{self.progress_port}{path}"
         try:
             with urllib.request.urlopen(url, timeout=timeout) as response:
                 body: dict[str, Any] = json.load(response)
@@ -111,18 +118,25 @@ class Launcher:
         peers: list[str] | None = None,
         only: tuple[int, ...] | None = None,
         env: dict[str, str] | None = None,
+        progress_ports: list[int] | None = None,
+        python: str = sys.executable,
+        script: Path = TRAIN,
     ) -> list[Worker]:
         """Starts workers `only` (default all) of a group whose TF_CONFIG lists `peers`
-        (default: fresh loopback ports)."""
+        and whose progress ports are `progress_ports` (default: fresh loopback ports), each
+        running `script` (default: the synthetic trainer)."""
         peers = peers or [f"localhost:{free_port()}" for _ in range(num_workers)]
+        progress_ports = progress_ports or [free_port() for _ in range(num_workers)]
         started = []
         for index in only if only is not None else range(num_workers):
-            port = free_port()
-            worker_env_vars = worker_env(peers, index, generation, checkpoint_dir, port)
+            port = progress_ports[index]
+            worker_env_vars = worker_env(
+                peers, index, generation, checkpoint_dir, progress_ports
+            )
             log_path = self.tmp_path / f"gen{generation}-worker{index}.log"
             with log_path.open("wb") as log_file:
                 process = subprocess.Popen(
-                    [sys.executable, str(TRAIN), *args],
+                    [python, str(script), *args],
                     env={**os.environ, **QUIET_TF, **worker_env_vars, **(env or {})},
                     stdout=log_file,
                     stderr=subprocess.STDOUT,

@@ -126,6 +126,10 @@ class PodBuilder:
         self.pod["status"].update(phase="Failed", reason="Evicted", message=message)
         return self
 
+    def on_node(self, node: str) -> PodBuilder:
+        self.pod.setdefault("spec", {})["nodeName"] = node
+        return self
+
     def owned_by(self, uid: str) -> PodBuilder:
         self.pod["metadata"]["ownerReferences"][0]["uid"] = uid
         return self

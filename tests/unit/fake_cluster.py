@@ -1,13 +1,16 @@
-"""An in-memory ClusterIO for reconcile tests: objects as dicts, deletions you can complete."""
+"""An in-memory ClusterIO for reconcile tests: objects as dicts, deletions you can complete.
+
+Reads (job, pods, node) answer from memory like the controller's caches; writes change it."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from multiworker import names
-from multiworker.k8s import Conflict, Created, RejectedObject
+from multiworker.k8s import Conflict, Created, PodDeletion, RefusalKind, Refused
 
 from tests.unit.builders import T0
 
@@ -29,19 +32,51 @@ class FakeCluster:
         self.created_pods: list[str] = []
         self.now = T0
         self.reject_pods: str | None = None  # a message: the API server refuses pods
+        self.refusal = RefusalKind.INVALID  # and how
+        # The node running pods are bound to; a pod on a node missing here is on a lost node.
+        self.nodes: dict[str, Manifest] = {"node-1": {
+            "metadata": {"name": "node-1"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}}
+        self.objects: dict[str, Manifest] = {}  # PodGroups, by name
+        self.served = True  # the PodGroup API
         self.fail_status_writes = 0
         self.serve_once: Manifest | None = None  # an outdated read, served once
         self._uids = 0
 
     # --- ClusterIO ---
 
-    def get_job(self, namespace: str, name: str) -> Manifest | None:
+    def cached_job(self, namespace: str, name: str) -> Manifest | None:
         served, self.serve_once = self.serve_once, None
         return copy.deepcopy(served or self.job)
 
+    def cached_node(self, name: str) -> Manifest | None:
+        return copy.deepcopy(self.nodes.get(name))
+
+    def cached_all_pods(self) -> list[Manifest]:
+        return [copy.deepcopy(p) for p in self.pods.values()]
+
+    def api_served(self, group_version: str, plural: str) -> bool:
+        return self.served
+
+    def create_object(self, path: str, manifest: Manifest) -> Created:
+        name = manifest["metadata"]["name"]
+        if name in self.objects:
+            return Created.EXISTS
+        self.objects[name] = copy.deepcopy(manifest)
+        return Created.CREATED
+
+    def get_object(self, path: str) -> Manifest | None:
+        return copy.deepcopy(self.objects.get(path.rsplit("/", 1)[-1]))
+
+    def delete_object(self, path: str) -> None:
+        self.objects.pop(path.rsplit("/", 1)[-1], None)
+
+    def cached_nodes(self) -> list[Manifest]:
+        return [copy.deepcopy(n) for n in self.nodes.values()]
+
     def patch_job_status(
         self, namespace: str, name: str, status: Manifest, resource_version: str
-    ) -> None:
+    ) -> str:
         if self.fail_status_writes:
             self.fail_status_writes -= 1
             raise RuntimeError("injected status write failure")
@@ -51,6 +86,7 @@ class FakeCluster:
         merged = {**self.job.get("status", {}), **status}
         self.job["status"] = {k: v for k, v in merged.items() if v is not None}
         self._bump()
+        return str(self.job["metadata"]["resourceVersion"])
 
     def _bump(self) -> None:
         assert self.job is not None
@@ -60,7 +96,7 @@ class FakeCluster:
     def delete_job(self, namespace: str, name: str, uid: str) -> None:
         self.job = None
 
-    def list_pods(self, namespace: str, job: str) -> list[Manifest]:
+    def cached_pods(self, namespace: str, job: str) -> list[Manifest]:
         return [copy.deepcopy(p) for p in self.pods.values()
                 if p["metadata"]["labels"].get(names.LABEL_JOB_NAME) == job]
 
@@ -70,9 +106,12 @@ class FakeCluster:
     def get_service(self, namespace: str, name: str) -> Manifest | None:
         return copy.deepcopy(self.services.get(name))
 
-    def create_pod(self, pod: Manifest) -> Created:
+    def create_pods(self, pods: Sequence[Manifest]) -> list[Created | Refused]:
+        return [self.create_pod(pod) for pod in pods]
+
+    def create_pod(self, pod: Manifest) -> Created | Refused:
         if self.reject_pods:
-            raise RejectedObject(self.reject_pods)
+            return Refused(self.refusal, self.reject_pods)
         name = pod["metadata"]["name"]
         if name in self.pods:
             return Created.EXISTS
@@ -90,6 +129,10 @@ class FakeCluster:
             return Created.EXISTS
         self.services[name] = copy.deepcopy(service)
         return Created.CREATED
+
+    def delete_pods(self, deletions: Sequence[PodDeletion]) -> None:
+        for d in deletions:
+            self.delete_pod(d.namespace, d.name, d.uid, d.grace)
 
     def delete_pod(self, namespace: str, name: str, uid: str, grace: int | None = None) -> None:
         pod = self.pods.get(name)
@@ -117,6 +160,7 @@ class FakeCluster:
     def run(self, *indexes: int) -> None:
         for i in indexes or range(len(self.pods)):
             pod = self.pods[names.worker_name(self.job_name, i)]
+            pod["spec"]["nodeName"] = "node-1"
             pod["status"] = {
                 "phase": "Running", "hostIP": "10.0.0.1", "podIP": f"10.88.0.{10 + i}",
                 "conditions": [{"type": "PodScheduled", "status": "True"},

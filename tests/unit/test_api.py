@@ -26,6 +26,15 @@ def test_defaults_match_the_issue() -> None:
     checkpointed = make_spec(checkpoint={"claimName": "ckpt"})
     assert checkpointed.checkpoint is not None
     assert checkpointed.checkpoint.mount_path == "/checkpoints"
+    assert checkpointed.checkpoint.resume_from is None
+
+
+@pytest.mark.parametrize(
+    "path", ["ml/demo-4c1e0b2a-0d4e-4b6a-9f0e-1d2c3b4a5f60", "runs/v1.2_final", "x", "."]
+)
+def test_resume_from_accepts_paths_inside_the_claim(path: str) -> None:
+    spec = make_spec(checkpoint={"claimName": "c", "resumeFrom": path})
+    assert spec.checkpoint is not None and spec.checkpoint.resume_from == path
 
 
 def test_exit_code_rules_first_match_wins_then_default() -> None:
@@ -62,6 +71,13 @@ def problems(**spec_overrides: Any) -> list[str]:
          "spec.restartPolicy.onExitCodes[0].action:"),
         ({"successPolicy": "Sometimes"}, "spec.successPolicy:"),
         ({"checkpoint": {"claimName": "c", "mountPath": "relative"}}, "spec.checkpoint.mountPath:"),
+        ({"checkpoint": {"claimName": "c", "resumeFrom": "/abs"}}, "spec.checkpoint.resumeFrom:"),
+        ({"checkpoint": {"claimName": "c", "resumeFrom": "a/../../b"}},
+         "spec.checkpoint.resumeFrom:"),
+        ({"checkpoint": {"claimName": "c", "resumeFrom": ".."}}, "spec.checkpoint.resumeFrom:"),
+        ({"checkpoint": {"claimName": "c", "resumeFrom": "./a"}}, "spec.checkpoint.resumeFrom:"),
+        ({"checkpoint": {"claimName": "c", "resumeFrom": "a//b"}}, "spec.checkpoint.resumeFrom:"),
+        ({"checkpoint": {"claimName": "c", "resumeFrom": "a/"}}, "spec.checkpoint.resumeFrom:"),
         ({"health": {"stragglerThreshold": 0}}, "spec.health.stragglerThreshold:"),
         ({"health": {"progressPort": 2222}}, "spec: health.progressPort must differ from port"),
         ({"template": {"spec": {"containers": []}}}, "spec.template.spec.containers:"),

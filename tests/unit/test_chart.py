@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from multiworker.k8s import FOOTPRINT
 
 from tests.cluster import BIN, REPO
 
@@ -77,41 +78,33 @@ def triples(groups: list[str], resources: list[str], verbs: list[str]) -> set[tu
     return {(g, r, v) for g in groups for r in resources for v in verbs}
 
 
-# The operator's whole API footprint in the namespaces it handles (docs: templates/_rbac.tpl).
-JOB_RULES = (
-    triples(["multiworker.dev"], ["multiworkerjobs"],
-            ["get", "list", "watch", "patch", "update", "delete"])
-    | triples(["multiworker.dev"], ["multiworkerjobs/status"], ["get", "patch", "update"])
-    | triples(["multiworker.dev"], ["multiworkerjobs/finalizers"], ["update"])
-    | triples([""], ["pods", "services"], ["get", "list", "watch", "create", "delete"])
-    | triples(["", "events.k8s.io"], ["events"], ["create", "patch"])
-    | triples([""], ["persistentvolumeclaims"], ["get"])
-)
-CRD_RULES = triples(["apiextensions.k8s.io"], ["customresourcedefinitions"], ["get", "list", "watch"])
-NAMESPACE_RULES = triples([""], ["namespaces"], ["list", "watch"])
+# The operator's whole API footprint, from the code (k8s.FOOTPRINT): namespaced, and nodes.
+JOB_RULES = {(group, resource, verb) for (group, resource), verbs in FOOTPRINT.items()
+             if resource != "nodes" for verb in verbs}
+NODE_RULES = triples([""], ["nodes"], ["list", "watch"])
 
 
-def peering_rules(resource: str) -> set[tuple[str, str, str]]:
-    return triples(["kopf.dev"], [resource], ["get", "list", "watch", "patch"])
-
-
-def test_default_is_cluster_wide_standalone(tmp_path: Path) -> None:
+def test_default_is_cluster_wide_with_leader_election(tmp_path: Path) -> None:
+    """The RBAC grants exactly what the code calls (k8s.FOOTPRINT): no more, no less."""
     objs = template(tmp_path)
     assert kinds(objs) == [
         "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount",
     ]
-    assert rules(one(objs, "ClusterRole")) == CRD_RULES | JOB_RULES
+    assert rules(one(objs, "ClusterRole")) == NODE_RULES | JOB_RULES
     args = container(objs)["args"]
-    assert "--all-namespaces" in args and "--standalone" in args
+    assert "--all-namespaces" in args and "--standalone" not in args
     assert not [a for a in args if a.startswith(("--namespace", "--peering"))]
+    assert {"--kube-api-qps=100", "--kube-api-burst=500", "--request-timeout=30"} <= set(args)
     deployment = one(objs, "Deployment")
     assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate"}
+    env = {e["name"]: e for e in container(objs)["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
 
 
 def test_namespaced_mode_grants_only_the_watched_namespaces(tmp_path: Path) -> None:
     objs = template(tmp_path, {"watchNamespaces": ["team-a", "team-b"]})
-    assert rules(one(objs, "ClusterRole")) == CRD_RULES | NAMESPACE_RULES
+    assert rules(one(objs, "ClusterRole")) == NODE_RULES
     for ns in ("team-a", "team-b"):
         assert rules(one(objs, "Role", ns)) == JOB_RULES
         binding = one(objs, "RoleBinding", ns)
@@ -142,34 +135,20 @@ def test_cluster_role_binds_the_service_account(tmp_path: Path) -> None:
     assert binding["metadata"]["name"] == f"{NAMESPACE}:mwo-multiworker-operator"
 
 
-def test_ha_cluster_wide_uses_a_cluster_peering(tmp_path: Path) -> None:
-    objs = template(tmp_path, {"replicaCount": 3})
-    peering = one(objs, "ClusterKopfPeering")
-    assert peering["apiVersion"] == "kopf.dev/v1"
-    assert "namespace" not in peering["metadata"]
-    name = peering["metadata"]["name"]
-    assert rules(one(objs, "ClusterRole")) == (
-        CRD_RULES | JOB_RULES | peering_rules("clusterkopfpeerings")
-    )
-    args = container(objs)["args"]
-    assert "--standalone" not in args
-    assert f"--peering={name}" in args
-    deployment = one(objs, "Deployment")
-    assert deployment["spec"]["replicas"] == 3
-    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
-    env = {e["name"]: e for e in container(objs)["env"]}
-    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+def test_ha_replicas_need_nothing_more(tmp_path: Path) -> None:
+    """Leader election (Leases) is on in every mode, so HA is only a replica count."""
+    objs = template(tmp_path, {"replicaCount": 3, "watchNamespaces": ["a"]})
+    assert one(objs, "Deployment")["spec"]["replicas"] == 3
+    assert rules(one(objs, "Role", "a")) == JOB_RULES
+    assert not [o for o in objs if o["kind"].endswith("KopfPeering")]
 
 
-def test_ha_namespaced_peers_in_every_watched_namespace(tmp_path: Path) -> None:
-    objs = template(tmp_path, {"replicaCount": 2, "watchNamespaces": ["a", "b"],
-                               "peering": {"name": "mwj-peers"}})
-    assert not [o for o in objs if o["kind"] == "ClusterKopfPeering"]
-    for ns in ("a", "b"):
-        assert one(objs, "KopfPeering", ns)["metadata"]["name"] == "mwj-peers"
-        assert rules(one(objs, "Role", ns)) == JOB_RULES | peering_rules("kopfpeerings")
-    assert rules(one(objs, "ClusterRole")) == CRD_RULES | NAMESPACE_RULES
-    assert "--peering=mwj-peers" in container(objs)["args"]
+def test_client_limits_reach_the_command_line(tmp_path: Path) -> None:
+    values = {"kubeApi": {"qps": 5, "burst": 10, "requestTimeoutSeconds": 7, "concurrency": 4},
+              "reconcileWorkers": 2}
+    args = container(template(tmp_path, values))["args"]
+    assert {"--kube-api-qps=5", "--kube-api-burst=10", "--request-timeout=7",
+            "--api-concurrency=4", "--workers=2"} <= set(args)
 
 
 def test_no_wildcards_and_no_secrets(tmp_path: Path) -> None:
@@ -199,7 +178,7 @@ def test_container_is_locked_down(tmp_path: Path) -> None:
     assert c["imagePullPolicy"] == "IfNotPresent"
 
 
-def test_probes_use_kopf_health_endpoint(tmp_path: Path) -> None:
+def test_probes_use_the_liveness_endpoint(tmp_path: Path) -> None:
     c = container(template(tmp_path, {"health": {"port": 9999}}))
     assert "--health-port=9999" in c["args"]
     assert {"name": "health", "containerPort": 9999, "protocol": "TCP"} in c["ports"]
@@ -212,6 +191,12 @@ def test_logging_and_extra_args_reach_the_command_line(tmp_path: Path) -> None:
     args = container(template(tmp_path, values))["args"]
     assert "--log-level=debug" in args and "--log-format=json" in args
     assert args[-1] == "--x=1"
+
+
+def test_gang_scheduling_default_reaches_the_command_line(tmp_path: Path) -> None:
+    assert "--default-gang-scheduling" not in container(template(tmp_path))["args"]
+    args = container(template(tmp_path, {"gangScheduling": {"default": True}}))["args"]
+    assert "--default-gang-scheduling" in args
 
 
 def test_metrics_service_and_optional_service_monitor(tmp_path: Path) -> None:
@@ -246,7 +231,8 @@ def test_scheduling_values_reach_the_pod(tmp_path: Path) -> None:
 
 def test_schema_rejects_typos_and_bad_values(tmp_path: Path) -> None:
     for bad in ({"replicas": 2}, {"logging": {"level": "loud"}}, {"replicaCount": 0},
-                {"watchNamespaces": ["Not_A_Namespace"]}):
+                {"watchNamespaces": ["Not_A_Namespace"]}, {"gangScheduling": {"default": "yes"}},
+                {"gangScheduling": {"enabled": True}}):
         path = tmp_path / "bad.json"
         path.write_text(json.dumps(bad))
         proc = helm("template", RELEASE, str(CHART), "-f", str(path), check=False)
@@ -261,9 +247,7 @@ def test_crds_come_from_the_repository_crds_directory(tmp_path: Path) -> None:
     assert link.resolve() == (REPO / "crds" / "multiworker.dev_multiworkerjobs.yaml").resolve()
     objs = template(tmp_path, {}, "--include-crds")
     crds = {o["metadata"]["name"]: o for o in objs if o["kind"] == "CustomResourceDefinition"}
-    assert set(crds) == {
-        "multiworkerjobs.multiworker.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev",
-    }
+    assert set(crds) == {"multiworkerjobs.multiworker.dev"}
     source = yaml.safe_load((REPO / "crds" / "multiworker.dev_multiworkerjobs.yaml").read_text())
     assert crds["multiworkerjobs.multiworker.dev"] == source
 

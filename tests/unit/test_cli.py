@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from multiworker.cli import parse_args, peering_of
+from multiworker.cli import own_identity, parse_args
 
 
 def test_namespaces_repeat() -> None:
@@ -10,37 +10,33 @@ def test_namespaces_repeat() -> None:
     assert (args.log_format, args.log_level, args.metrics_port) == ("text", "info", None)
 
 
-def test_all_namespaces_with_ports_and_json_logs() -> None:
+def test_all_namespaces_with_ports_limits_and_json_logs() -> None:
     args = parse_args(["--all-namespaces", "--metrics-port", "8080", "--health-port=8081",
-                       "--log-format", "json", "--log-level", "debug", "--peering", "mwo"])
-    assert args.all_namespaces and args.namespace is None
-    assert (args.metrics_port, args.health_port, args.peering) == (8080, 8081, "mwo")
+                       "--log-format", "json", "--log-level", "debug", "--kube-api-qps", "20",
+                       "--kube-api-burst", "40", "--request-timeout", "10", "--workers", "4"])
+    assert args.all_namespaces and args.namespace is None and not args.standalone
+    assert (args.metrics_port, args.health_port) == (8080, 8081)
+    assert (args.kube_api_qps, args.kube_api_burst, args.request_timeout, args.workers) == (
+        20, 40, 10, 4)
+
+
+def test_defaults_protect_the_api_server() -> None:
+    args = parse_args(["-A"])
+    assert (args.kube_api_qps, args.kube_api_burst, args.request_timeout) == (100, 500, 30)
 
 
 @pytest.mark.parametrize("argv", [
     [],  # a scope is required
     ["-n", "a", "--all-namespaces"],
-    ["-A", "--standalone", "--peering", "x"],
     ["-A", "--log-format", "xml"],
+    ["-A", "--peering", "x"],  # kopf peering is gone: Leases replace it
 ])
 def test_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(argv)
 
 
-def test_peering_draws_a_distinct_priority_per_process_unless_given() -> None:
-    args = parse_args(["-n", "a", "-n", "team-*", "--peering", "mwo"])
-    first, second = peering_of(args, {"POD_ID": "op-1"}), peering_of(args, {"POD_ID": "op-2"})
-    assert first is not None and second is not None
-    assert first.priority != second.priority and first.priority > 0
-    assert (first.identity, first.name, first.namespaces, first.clusterwide) == (
-        "op-1", "mwo", ("a",), False)
-    fixed = peering_of(parse_args(["-A", "--peering", "mwo", "--priority", "7"]), {})
-    assert fixed is not None and fixed.priority == 7 and fixed.locations == (None,)
-    assert fixed.identity  # generated when $POD_ID is unset
-    assert peering_of(parse_args(["-A", "--standalone"]), {}) is None
-
-
-def test_priority_needs_peering() -> None:
-    with pytest.raises(SystemExit):
-        parse_args(["-A", "--priority", "5"])
+def test_identity_is_the_pod_name_or_names_user_host_and_process() -> None:
+    assert own_identity({"POD_NAME": "op-1"}) == "op-1"
+    generated = own_identity({})
+    assert "@" in generated and generated.count("/") == 2

@@ -55,7 +55,15 @@ def test_stale_and_foreign_pods_are_set_apart() -> None:
          "Deleted", None),
         # It had already crashed when somebody deleted it: a failure.
         (PodBuilder(0).exited(1, finished=4).deleted(requested=5), WorkerPhase.FAILED, "Error", 1),
-        (PodBuilder(0).exited(137, finished=9).evicted(), WorkerPhase.DISRUPTED, "Evicted", None),
+        (PodBuilder(0).exited(137, finished=9).evicted()
+         .disruption_target("TerminationByKubelet", when=5), WorkerPhase.DISRUPTED,
+         "Evicted", None),
+        # An eviction of unknown timing does not excuse the exit (it may not have caused it).
+        (PodBuilder(0).exited(137, finished=9).evicted(), WorkerPhase.FAILED, "Error", 137),
+        # Evicted for using more than it asked for: the job's own failure.
+        (PodBuilder(0).running().evicted("Container tensorflow was using 3Gi, which exceeds "
+                                         "its request of 1Gi."),
+         WorkerPhase.FAILED, "EvictedForResourceUsage", None),
         (PodBuilder(0).unschedulable("0/1 nodes are available: 1 Insufficient nvidia.com/gpu."),
          WorkerPhase.PENDING, "Unschedulable", None),
         (PodBuilder(0).waiting("ImagePullBackOff", "Back-off pulling image"),

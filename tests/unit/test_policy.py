@@ -3,19 +3,21 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from multiworker.api import RestartPolicy
+from multiworker.nodes import node_trouble
 from multiworker.observe import ObservedGroup, observe_group
 from multiworker.policy import (
     NO_ACTION,
     ActionKind,
     backoff_seconds,
     failure_action,
+    lost_node_deadline,
+    refused_start_action,
     startup_deadline,
     success_action,
 )
 from multiworker.status import JobStatus
 
-from tests.unit.builders import JOB, JOB_UID, PodBuilder, at, make_spec
+from tests.unit.builders import JOB, JOB_UID, PodBuilder, at, make_spec, stamp
 
 
 def group(*pods: PodBuilder, workers: int = 3) -> ObservedGroup:
@@ -64,14 +66,15 @@ FAIL_FAST = {"onExitCodes": [{"action": "FailJob", "values": [2]}]}
             [*running(0, 2), PodBuilder(1).evicted()], 3, {},
             ActionKind.RESTART_GROUP_UNCOUNTED, "WorkerDisrupted",
             "restarting group: worker-1 was evicted: The node was low on resource: memory; "
-            "a disruption, not counted as a restart (0 of 3 left); starting now",
+            "a disruption, not counted as a restart (disruption 1 of 20, 0 of 3 restarts "
+            "left); starting now",
             id="eviction does not spend the budget even when it is exhausted",
         ),
         pytest.param(
             [*running(0, 2), PodBuilder(1).running().deleted(requested=5)], 1, {},
             ActionKind.RESTART_GROUP_UNCOUNTED, "WorkerDisrupted",
             "restarting group: worker-1 was deleted: the pod was deleted; a disruption, "
-            "not counted as a restart (2 of 3 left); starting now",
+            "not counted as a restart (disruption 1 of 20, 2 of 3 restarts left); starting now",
             id="deleted pod",
         ),
         pytest.param(
@@ -125,7 +128,7 @@ def test_missing_pod_is_a_disruption_only_once_the_group_exists() -> None:
 )
 def test_culprit(pods: list[PodBuilder], culprit: int) -> None:
     action = failure_action(make_spec(), JobStatus(), group(*pods), group_started=True, now=at(60))
-    assert action.culprit is not None and action.culprit.index == culprit
+    assert action.culprit is not None and action.culprit.worker == culprit
 
 
 UNSCHEDULABLE = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
@@ -180,6 +183,134 @@ def test_success_policy(
     [(10, 300, [10, 20, 40, 80, 160, 300, 300]), (0, 300, [0] * 7), (7, 7, [7] * 7)],
 )
 def test_backoff(base: int, cap: int, expected: list[int]) -> None:
-    policy = RestartPolicy(backoff_seconds=base, max_backoff_seconds=cap)
-    assert [backoff_seconds(policy, spent) for spent in range(7)] == expected
-    assert backoff_seconds(policy, 10_000) == min(cap, base * 2**32)
+    assert [backoff_seconds(base, cap, spent) for spent in range(7)] == expected
+    assert backoff_seconds(base, cap, 10_000) == min(cap, base * 2**32)
+
+
+# --- collateral exits, disruption budget, own-usage evictions, lost nodes, refusals ---
+
+
+def test_a_symptom_waits_briefly_for_the_failure_that_caused_it() -> None:
+    """worker-2 exits 4 (collective aborted) a moment before worker-1's own death shows."""
+    spec = make_spec()
+    symptom_only = group(PodBuilder(0).running(), PodBuilder(1).running(),
+                         PodBuilder(2).exited(4, finished=10))
+    wait = failure_action(spec, JobStatus(), symptom_only, group_started=True, now=at(12))
+    assert (wait.kind, wait.delay_seconds) == (ActionKind.WAIT, 3)
+    both = group(PodBuilder(0).running(), PodBuilder(1).exited(137, finished=11),
+                 PodBuilder(2).exited(4, finished=10))
+    action = failure_action(spec, JobStatus(), both, group_started=True, now=at(13))
+    assert action.culprit is not None and action.culprit.worker == 1
+    alone = failure_action(spec, JobStatus(), symptom_only, group_started=True, now=at(15))
+    assert alone.kind is ActionKind.RESTART_GROUP and alone.culprit is not None
+    assert alone.culprit.worker == 2
+
+
+@pytest.mark.parametrize(("spent", "kind", "delay"), [
+    (0, ActionKind.RESTART_GROUP_UNCOUNTED, 0),
+    (1, ActionKind.RESTART_GROUP_UNCOUNTED, 1),
+    (3, ActionKind.RESTART_GROUP_UNCOUNTED, 4),
+    (4, ActionKind.FAIL_JOB, 0),
+])
+def test_disruptions_have_their_own_budget_and_back_off(
+    spent: int, kind: ActionKind, delay: float,
+) -> None:
+    spec = make_spec(restartPolicy={"maxDisruptions": 4})
+    pods = group(*running(0, 2), PodBuilder(1).running().deleted(requested=5))
+    action = failure_action(spec, JobStatus(disruptions=spent), pods, group_started=True,
+                            now=at(60))
+    assert (action.kind, action.delay_seconds) == (kind, delay)
+    if kind is ActionKind.FAIL_JOB:
+        assert action.reason == "DisruptionLimitExceeded"
+        assert "disruption limit reached (4 of 4 spent" in action.message
+
+
+@pytest.mark.parametrize("message", [
+    ("The node was low on resource: ephemeral-storage. Container tensorflow was using 20Gi, "
+    "which exceeds its request of 0."),
+    "Pod ephemeral local storage usage exceeds the total limit of containers 1Gi.",
+])
+def test_an_eviction_for_the_jobs_own_usage_spends_a_restart(message: str) -> None:
+    pods = group(*running(0, 2), PodBuilder(1).running().evicted(message))
+    action = failure_action(make_spec(), JobStatus(), pods, group_started=True, now=at(60))
+    assert (action.kind, action.reason) == (ActionKind.RESTART_GROUP, "EvictedForResourceUsage")
+    assert action.message.startswith(
+        "restarting group: worker-1 was evicted for its own resource usage: ")
+
+
+def test_a_worker_on_a_lost_node_restarts_the_group_as_a_disruption() -> None:
+    spec = make_spec(health={"nodeLostSeconds": 20})
+    pods = group(PodBuilder(0).running().on_node("a"), PodBuilder(1).running().on_node("b"),
+                 PodBuilder(2).running().on_node("a"))
+    troubles = {"b": node_trouble("b", {"status": {"conditions": [
+        {"type": "Ready", "status": "Unknown", "lastTransitionTime": stamp(30),
+         "message": "Kubelet stopped posting node status."}]}})}
+    assert troubles["b"] is not None
+    early = failure_action(spec, JobStatus(), pods, group_started=True, now=at(49),
+                           troubles=troubles)
+    assert early is NO_ACTION
+    assert lost_node_deadline(spec, pods, troubles) == at(50)
+    action = failure_action(spec, JobStatus(), pods, group_started=True, now=at(50),
+                            troubles=troubles)
+    assert (action.kind, action.reason) == (ActionKind.RESTART_GROUP_UNCOUNTED,
+                                            "WorkerDisrupted")
+    assert action.culprit is not None and action.culprit.reason == "NodeLost"
+    assert action.message.startswith(
+        "restarting group: worker-1 lost its node: node b is unreachable since 12:00:30 "
+        "(Kubelet stopped posting node status.)")
+
+
+@pytest.mark.parametrize(("node", "reason"), [
+    (None, "Gone"),
+    ({"spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
+                           "timeAdded": stamp(3)}]}}, "Unreachable"),
+    ({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, "NotReady"),
+    ({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, None),
+])
+def test_node_trouble(node: dict[str, Any] | None, reason: str | None) -> None:
+    trouble = node_trouble("n1", node)
+    assert (trouble.reason if trouble else None) == reason
+
+
+def test_refused_pods_fail_unless_it_is_quota_which_waits_until_the_startup_timeout() -> None:
+    spec = make_spec(health={"startupTimeoutSeconds": 100})
+    denied = refused_start_action(spec, JobStatus(), at(0), "violates PodSecurity", quota=False)
+    assert (denied.kind, denied.reason) == (ActionKind.FAIL_JOB, "PodRefused")
+    quota = refused_start_action(spec, JobStatus(), at(0), "exceeded quota: gpus", quota=True)
+    assert (quota.kind, quota.delay_seconds) == (ActionKind.WAIT, 2)
+    later = refused_start_action(spec, JobStatus(blocked_since=at(0)), at(40),
+                                 "exceeded quota: gpus", quota=True)
+    assert (later.kind, later.delay_seconds) == (ActionKind.WAIT, 20)
+    over = refused_start_action(spec, JobStatus(blocked_since=at(0)), at(100),
+                                "exceeded quota: gpus", quota=True)
+    assert (over.kind, over.reason) == (ActionKind.FAIL_JOB, "StartupTimeout")
+    assert "refused by quota for 100s" in over.message
+
+
+def test_image_skew_pins_the_next_group_to_the_chiefs_digest_once() -> None:
+    chief, other = "reg/worker@sha256:aaa", "reg/worker@sha256:bbb"
+    pods = [PodBuilder(0).running(), PodBuilder(1).running(), PodBuilder(2).running()]
+    for pod, image in zip(pods, (chief, other, chief), strict=True):
+        pod.pod["status"]["containerStatuses"][0]["imageID"] = image
+    skewed = group(*pods)
+    pin = failure_action(make_spec(), JobStatus(), skewed, group_started=True, now=at(60))
+    assert (pin.kind, pin.reason, pin.pin_image) == (
+        ActionKind.RESTART_GROUP_UNCOUNTED, "ImageSkew", chief)
+    assert pin.culprit is not None and pin.culprit.worker == 1
+    assert f"worker-0 {chief}, worker-1 {other}, worker-2 {chief}" in pin.message
+    again = failure_action(make_spec(), JobStatus(pinned_image=chief), skewed,
+                           group_started=True, now=at(60))
+    assert (again.kind, again.reason) == (ActionKind.FAIL_JOB, "ImageSkew")
+    fail = failure_action(make_spec(imageSkewPolicy="FailJob"), JobStatus(), skewed,
+                          group_started=True, now=at(60))
+    assert fail.kind is ActionKind.FAIL_JOB and "spec.imageSkewPolicy is FailJob" in fail.message
+
+
+def test_an_image_without_a_registry_digest_cannot_be_pinned() -> None:
+    pods = [PodBuilder(0).running(), PodBuilder(1).running()]
+    for pod, image in zip(pods, ("sha256:aaa", "sha256:bbb"), strict=True):
+        pod.pod["status"]["containerStatuses"][0]["imageID"] = image
+    action = failure_action(make_spec(workers=2), JobStatus(), group(*pods, workers=2),
+                            group_started=True, now=at(60))
+    assert action.kind is ActionKind.FAIL_JOB
+    assert "has no registry digest to pin to" in action.message

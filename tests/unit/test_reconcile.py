@@ -201,7 +201,7 @@ def test_a_pass_on_an_outdated_view_changes_nothing() -> None:
     assert cluster.generations() == dict.fromkeys(PODS, "1")
     status, events = cluster.status, list(cluster.events)
     cluster.serve_once = outdated
-    assert step(cluster).requeue == 0
+    assert step(cluster).requeue == 1  # look again once the cache caught up
     assert all("deletionTimestamp" not in p["metadata"] for p in cluster.pods.values())
     assert (cluster.status, cluster.events) == (status, events)
 
@@ -271,7 +271,9 @@ def test_unschedulable_worker_is_reported_once() -> None:
     assert status["phase"] == "Pending" and status["ready"] == "2/3"
     running = next(c for c in status["conditions"] if c["type"] == "Running")
     assert running["reason"] == "Unschedulable"
-    assert running["message"] == f"worker-2 is not scheduled yet (Unschedulable: {message})"
+    assert running["message"].startswith(
+        f"1 of 3 workers cannot be scheduled (worker-2: {message}); 2 placed workers of this "
+        "job wait for them")
     assert [e for e in cluster.events if e[0] == "Warning"] == [
         ("Warning", "Unschedulable", running["message"])]
 
@@ -280,3 +282,50 @@ def test_gone_job_stops_the_loop() -> None:
     cluster = make()
     cluster.job = None
     assert step(cluster).gone
+
+
+def gpu_node(name: str, product: str, gpus: int) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+            "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
+                                   "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+GPU_TEMPLATE = {"spec": {"containers": [{"name": "tensorflow", "image": "w",
+                                         "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+
+
+def test_a_group_goes_to_one_gpu_product_and_says_which() -> None:
+    cluster = make(template=GPU_TEMPLATE)
+    cluster.nodes = {"a": gpu_node("a", "A100", 2), "b": gpu_node("b", "T4", 4)}
+    step(cluster)
+    assert cluster.status["gpuProduct"] == "T4"
+    selectors = {p["spec"]["nodeSelector"]["nvidia.com/gpu.product"] for p in cluster.pods.values()}
+    assert selectors == {"T4"}
+
+
+def test_no_gpu_product_with_room_holds_the_group_back_then_fails() -> None:
+    cluster = make(template=GPU_TEMPLATE, health={"startupTimeoutSeconds": 60})
+    cluster.nodes = {"a": gpu_node("a", "A100", 2), "b": gpu_node("b", "T4", 2)}
+    step(cluster)
+    assert cluster.pods == {}
+    assert conditions(cluster)["Running"] == ("False", "NoGpuProductWithRoom")
+    running = next(c for c in cluster.status["conditions"] if c["type"] == "Running")
+    assert running["message"].startswith("no single GPU product has room for 3 workers × 1 GPUs")
+    step(cluster, seconds=30)
+    assert len([e for e in cluster.events if e[1] == "NoGpuProductWithRoom"]) == 1
+    step(cluster, seconds=30)
+    assert conditions(cluster)["Failed"] == ("True", "StartupTimeout")
+
+
+def test_a_pinned_image_is_what_the_next_group_runs() -> None:
+    cluster = started()
+    for i, image in enumerate(("r/w@sha256:aaa", "r/w@sha256:bbb", "r/w@sha256:aaa")):
+        cluster.pods[PODS[i]]["status"]["containerStatuses"][0]["imageID"] = image
+    step(cluster)
+    assert cluster.status["pinnedImage"] == "r/w@sha256:aaa"
+    assert (cluster.status["disruptions"], cluster.status["restarts"]) == (1, 0)
+    step(cluster)
+    cluster.finish_deletions()
+    step(cluster)
+    assert {p["spec"]["containers"][0]["image"] for p in cluster.pods.values()} == {
+        "r/w@sha256:aaa"}

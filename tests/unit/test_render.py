@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 from multiworker import names
+from multiworker.job import Job
 from multiworker.render import (
     owner_reference,
     render_service,
@@ -12,7 +13,7 @@ from multiworker.render import (
     tf_config,
 )
 
-from tests.unit.builders import JOB, NAMESPACE, make_job
+from tests.unit.builders import JOB, NAMESPACE, job_body, make_job
 
 
 def env_of(pod: dict[str, Any], container: str = "tensorflow") -> dict[str, str]:
@@ -50,10 +51,12 @@ def test_worker_env_follows_the_contract() -> None:
     assert json.loads(env.pop("TF_CONFIG"))["task"] == {"type": "worker", "index": 3}
     assert env == {
         "MWJ_JOB_NAME": "demo",
+        "MWJ_JOB_NAMESPACE": "ml",
+        "MWJ_JOB_UID": "uid-demo",
         "MWJ_NUM_WORKERS": "4",
         "MWJ_WORKER_INDEX": "3",
         "MWJ_RESTART_COUNT": "5",
-        "MWJ_CHECKPOINT_DIR": "/ckpt",
+        "MWJ_CHECKPOINT_DIR": "/ckpt/ml/demo-uid-demo",
         "MWJ_PROGRESS_PORT": "9000",
         "MWJ_PEER_TIMEOUT_SECONDS": "60",
         "MWJ_COLLECTIVE_TIMEOUT_SECONDS": "90",
@@ -62,7 +65,37 @@ def test_worker_env_follows_the_contract() -> None:
 
 def test_no_checkpoint_dir_without_checkpoint() -> None:
     job = make_job()
-    assert "MWJ_CHECKPOINT_DIR" not in env_of(render_worker_pod(job, 0, 0, owner_reference(job)))
+    env = env_of(render_worker_pod(job, 0, 0, owner_reference(job)))
+    assert "MWJ_CHECKPOINT_DIR" not in env and "MWJ_RESUME_FROM_DIR" not in env
+
+
+def test_each_job_checkpoints_in_its_own_directory_named_by_uid() -> None:
+    """Two jobs on one claim, and a job re-created under the same name, never share one."""
+    checkpoint = {"claimName": "shared"}
+    first = make_job(checkpoint=checkpoint)
+    other = Job.from_body(job_body(name="other", checkpoint=checkpoint))
+    recreated = Job.from_body(_with_uid(job_body(checkpoint=checkpoint), "uid-second"))
+    dirs = [env_of(render_worker_pod(j, 0, 0, owner_reference(j)))["MWJ_CHECKPOINT_DIR"]
+            for j in (first, other, recreated)]
+    assert dirs == ["/checkpoints/ml/demo-uid-demo", "/checkpoints/ml/other-uid-demo",
+                    "/checkpoints/ml/demo-uid-second"]
+
+
+def test_resume_from_names_a_directory_on_the_claim() -> None:
+    job = make_job(checkpoint={"claimName": "c", "mountPath": "/ckpt/",
+                               "resumeFrom": "ml/demo-uid-first"})
+    for index, generation in [(0, 0), (2, 3)]:
+        env = env_of(render_worker_pod(job, index, generation, owner_reference(job)))
+        assert env["MWJ_CHECKPOINT_DIR"] == "/ckpt/ml/demo-uid-demo"
+        assert env["MWJ_RESUME_FROM_DIR"] == "/ckpt/ml/demo-uid-first"
+    root = make_job(checkpoint={"claimName": "c", "resumeFrom": "."})
+    env = env_of(render_worker_pod(root, 0, 0, owner_reference(root)))
+    assert env["MWJ_RESUME_FROM_DIR"] == "/checkpoints"  # the layout of earlier versions
+
+
+def _with_uid(body: dict[str, Any], uid: str) -> dict[str, Any]:
+    body["metadata"]["uid"] = uid
+    return body
 
 
 def test_worker_pod_identity_and_ownership() -> None:

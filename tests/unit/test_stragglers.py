@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from multiworker.health import GroupHealth, Targets, track
+from multiworker.progress import GroupHealth, Targets, track
 from multiworker.stragglers import (
     STRAGGLER_POLLS,
     describe_recovered,
@@ -12,7 +12,7 @@ from multiworker.stragglers import (
 )
 
 from tests.unit.builders import at
-from tests.unit.test_health import report
+from tests.unit.test_progress import report
 
 THREE = Targets(generation=0, port=8471, all_running=True, straggler_threshold=0.5,
                 workers=((0, "10.88.0.5"), (1, "10.88.0.6"), (2, "10.88.0.7")))

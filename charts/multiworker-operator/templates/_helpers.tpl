@@ -57,15 +57,6 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if not .Values.watchNamespaces }}true{{ end }}
 {{- end }}
 
-{{/* "true" when more than one replica runs: kopf peering instead of --standalone. */}}
-{{- define "mwo.peering" -}}
-{{- if gt (int .Values.replicaCount) 1 }}true{{ end }}
-{{- end }}
-
-{{- define "mwo.peeringName" -}}
-{{- default (include "mwo.fullname" .) .Values.peering.name }}
-{{- end }}
-
 {{/* The operator's command-line arguments, one per line as a YAML list. */}}
 {{- define "mwo.args" -}}
 {{- if include "mwo.clusterWide" . }}
@@ -75,15 +66,18 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --namespace={{ . }}
 {{- end }}
 {{- end }}
-{{- if include "mwo.peering" . }}
-- --peering={{ include "mwo.peeringName" . }}
-{{- else }}
-- --standalone
-{{- end }}
 - --health-port={{ .Values.health.port }}
 - --metrics-port={{ .Values.metrics.port }}
 - --log-level={{ .Values.logging.level }}
 - --log-format={{ .Values.logging.format }}
+- --kube-api-qps={{ .Values.kubeApi.qps }}
+- --kube-api-burst={{ .Values.kubeApi.burst }}
+- --request-timeout={{ .Values.kubeApi.requestTimeoutSeconds }}
+- --api-concurrency={{ .Values.kubeApi.concurrency }}
+- --workers={{ .Values.reconcileWorkers }}
+{{- if .Values.gangScheduling.default }}
+- --default-gang-scheduling
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}

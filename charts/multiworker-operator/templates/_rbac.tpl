@@ -1,66 +1,56 @@
 {{/*
-The operator's least-privilege rules, with the reason for each. Used by rbac.yaml: as one
-ClusterRole when cluster-wide, or as a Role in every watched namespace plus a small
-ClusterRole for what is cluster-scoped by nature.
+The operator's least-privilege rules: exactly the calls its code makes (operator/src/
+multiworker/k8s.py and the informers in controller.py), with the reason for each. Used by
+rbac.yaml: as one ClusterRole when cluster-wide, or as a Role in every watched namespace plus a
+ClusterRole for what is cluster-scoped by nature. tests/unit/test_chart.py checks this list
+against the code's REST calls; the e2e suite runs the operator under it.
 */}}
 
 {{/* Rules for the namespaced objects the operator reads and writes. */}}
 {{- define "mwo.rbac.namespacedRules" -}}
-# The jobs: kopf watches them and patches its progress annotations and finalizer onto them;
-# the operator deletes a finished job once its ttlSecondsAfterFinished has passed.
+# The jobs: listed and watched into the operator's cache; a finished job is deleted once its
+# ttlSecondsAfterFinished has passed.
 - apiGroups: [multiworker.dev]
   resources: [multiworkerjobs]
-  verbs: [get, list, watch, patch, update, delete]
-# The job's status (phase, conditions, restarts), written through the status subresource.
+  verbs: [list, watch, delete]
+# The job's status (phase, conditions, restarts), merge-patched through the subresource.
 - apiGroups: [multiworker.dev]
   resources: [multiworkerjobs/status]
-  verbs: [get, patch, update]
+  verbs: [patch]
 # Worker pods and the Service are owned by their job with blockOwnerDeletion; where the
 # OwnerReferencesPermissionEnforcement admission plugin runs, that needs update on finalizers.
 - apiGroups: [multiworker.dev]
   resources: [multiworkerjobs/finalizers]
   verbs: [update]
-# Worker pods: created per generation, deleted on a group restart or when the job ends.
+# Worker pods: watched (label-selected) into the cache, created per generation, deleted on a
+# group restart or when the job ends; get only when a create finds the name taken.
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, delete]
-# The headless Service that gives workers their stable DNS names for TF_CONFIG.
+# The headless Service that gives workers their DNS names; get only when the name is taken.
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, list, watch, create, delete]
-# Events on jobs: kopf posts core/v1 events for handler outcomes; the operator may use either
-# API. patch lets a repeated event be counted instead of duplicated.
-- apiGroups: ["", events.k8s.io]
+  verbs: [get, create]
+# Events on jobs (what `kubectl describe mwj` shows).
+- apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
-# Read-only check that a job's checkpoint claim exists before its pods reference it.
-- apiGroups: [""]
-  resources: [persistentvolumeclaims]
-  verbs: [get]
+  verbs: [create]
+# Leader election: the Lease multiworker-operator in each namespace with jobs.
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update]
+# Gang scheduling (spec.gang): a PodGroup per generation, created before its pods and deleted
+# with them; get for its status in the waiting message and when its name is taken.
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [get, create, delete]
 {{- end }}
 
-{{/* Rules kopf needs cluster-wide in every mode. */}}
-{{- define "mwo.rbac.frameworkRules" -}}
-# kopf scans CRDs at start-up and watches them to learn which resources it serves.
-- apiGroups: [apiextensions.k8s.io]
-  resources: [customresourcedefinitions]
-  verbs: [get, list, watch]
-{{- end }}
-
-{{/* Namespaced mode only: kopf lists and watches namespaces to follow the watched ones. */}}
-{{- define "mwo.rbac.namespaceRules" -}}
-# kopf lists and watches namespaces to notice a watched namespace being deleted or recreated
-# (cluster-wide mode never does).
+{{/* Rules for cluster-scoped objects, in every mode. */}}
+{{- define "mwo.rbac.clusterRules" -}}
+# Nodes: watched so that a worker on a NotReady or unreachable node restarts its group in
+# seconds, and a stale pod is force-deleted only when its node is gone.
 - apiGroups: [""]
-  resources: [namespaces]
+  resources: [nodes]
   verbs: [list, watch]
-{{- end }}
-
-{{/* HA only: the peering objects kopf keeps its keep-alives in (see peering.yaml). */}}
-{{- define "mwo.rbac.peeringRules" -}}
-# kopf peering (replicaCount > 1): each pod watches the peering object and patches its own
-# keep-alive (priority, lifetime, last seen) into it; the highest live priority works.
-- apiGroups: [kopf.dev]
-  resources: [{{ . }}]
-  verbs: [get, list, watch, patch]
 {{- end }}

@@ -12,8 +12,13 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
+from multiworker import contract
 from multiworker.schema import Model, cel, validations
 from multiworker.template import PodTemplate
+
+# Durations in seconds stop at the int32 most Kubernetes APIs use (about 68 years): the
+# operator adds them to datetimes, which overflow long before int64 does.
+MAX_SECONDS = 2**31 - 1
 
 
 class ExitCodeAction(StrEnum):
@@ -31,15 +36,37 @@ class CleanPodPolicy(StrEnum):
     ALL = "All"
 
 
+class ImageSkewPolicy(StrEnum):
+    PIN_TO_CHIEF = "PinToChief"
+    FAIL_JOB = "FailJob"
+
+
+# A relative path inside the claim: no segment may start with "." (so no ".." out of it);
+# "." alone is the claim's root, where checkpoints were written before per-job directories.
+_PATH_SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9._-]*"
+_CLAIM_SUBPATH = rf"^(\.|{_PATH_SEGMENT}(/{_PATH_SEGMENT})*)$"
+
+
 class CheckpointSpec(Model):
-    """A shared volume every worker mounts; the chief saves checkpoints there and every new
-    group restores from it (MWJ_CHECKPOINT_DIR)."""
+    """A shared volume every worker mounts. Each job checkpoints in its own directory on it,
+    `<mountPath>/<namespace>/<name>-<uid>` (MWJ_CHECKPOINT_DIR), and every new group of the job
+    restores from there; so jobs sharing a claim, or a job deleted and applied again under the
+    same name, never restore each other's checkpoints unless resumeFrom says so."""
 
     claim_name: str = Field(min_length=1, max_length=253)
     """Name of an existing PersistentVolumeClaim in the job's namespace (ReadWriteMany when
     workers run on several nodes)."""
     mount_path: str = Field(default="/checkpoints", pattern="^/")
     """Absolute path where the claim is mounted in the training container."""
+    resume_from: str | None = Field(default=None, max_length=1024, pattern=_CLAIM_SUBPATH)
+    """Continue on purpose from another run's checkpoints: their directory on the claim,
+    relative to mountPath, e.g. `default/digits-cpu-6f0c...` (the earlier job's
+    MWJ_CHECKPOINT_DIR without the mountPath; its workers log it at start). While this job has
+    no checkpoint of its own, a new group restores the latest checkpoint found there, although
+    another job wrote it; it still saves to its own directory, so the other run's files are
+    never changed; `.` is the claim's root (where jobs of earlier operator versions saved).
+    Unset: a new job starts from step 0, and the workers refuse (exit 2) a checkpoint written
+    by a different job."""
 
 
 class ExitCodeRule(Model):
@@ -73,6 +100,10 @@ class RestartPolicy(Model):
 
     max_restarts: int = Field(default=3, ge=0, le=10000)
     """How many times a failed group is restarted before the job fails."""
+    max_disruptions: int = Field(default=20, ge=0, le=10000)
+    """How many disruptions (pod evicted, preempted or deleted, node lost) restart the group
+    without spending maxRestarts before the job fails. The first restarts at once, later ones
+    back off like restarts (backoffSeconds doubling, at least 1s)."""
     backoff_seconds: int = Field(default=1, ge=0, le=86400)
     """Wait before the first restart; doubles with every restart spent (1, 2, 4, ... by
     default: a transient failure recovers at once, a crash loop slows down)."""
@@ -99,24 +130,54 @@ class RestartPolicy(Model):
 class HealthSpec(Model):
     """Detection of workers that cannot start, hang or straggle."""
 
-    progress_timeout_seconds: int | None = Field(default=None, ge=1)
+    progress_timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     """Restart the group (spending a restart) when no worker advances for this long: hang
     detection. Measured once every worker runs; a worker advances when GET /progress reports a
     new step or a new phase (starting, waiting-for-peers, training), and one that does not
     answer does not advance (workers must serve /progress, as multiworker.runtime does).
     Unset or null turns it off."""
-    progress_port: int = Field(default=8471, ge=1, le=65535)
+    progress_port: int = Field(default=contract.DEFAULT_PROGRESS_PORT, ge=1, le=65535)
     """Port where workers serve GET /progress (MWJ_PROGRESS_PORT)."""
-    startup_timeout_seconds: int | None = Field(default=300, ge=1)
+    startup_timeout_seconds: int | None = Field(default=300, ge=1, le=MAX_SECONDS)
     """Fail the job when a worker cannot start for this long (unschedulable, image pull
     errors, bad container config); null waits forever."""
     straggler_threshold: float | None = Field(default=None, gt=0, le=1)
     """Report a worker as a straggler when its steps per second fall below this fraction of
     the group's median. Unset turns it off."""
-    peer_timeout_seconds: int = Field(default=300, ge=1)
+    node_lost_seconds: int = Field(default=20, ge=1, le=3600)
+    """Restart the group (as a disruption) when a worker's node has been NotReady or
+    unreachable for this long — Kubernetes itself evicts such pods only after ~5 minutes."""
+    peer_timeout_seconds: int = Field(default=contract.DEFAULT_PEER_TIMEOUT_SECONDS, ge=1,
+                                      le=MAX_SECONDS)
     """How long a starting worker waits for its peers (MWJ_PEER_TIMEOUT_SECONDS)."""
-    collective_timeout_seconds: int = Field(default=300, ge=1)
+    collective_timeout_seconds: int = Field(
+        default=contract.DEFAULT_COLLECTIVE_TIMEOUT_SECONDS, ge=1, le=MAX_SECONDS)
     """Abort a collective whose peer is gone after this long (MWJ_COLLECTIVE_TIMEOUT_SECONDS)."""
+
+
+DEFAULT_GANG_SCHEDULER = "scheduler-plugins-scheduler"
+
+
+class GangSpec(Model):
+    """Gang scheduling: place all workers of a group at once or none of them, so a group that
+    does not fit holds no GPUs while it waits, and two jobs that each fit alone cannot hold
+    each other's GPUs. Needs the scheduler-plugins coscheduling scheduler and its PodGroup CRD
+    (scheduling.x-k8s.io/v1alpha1); without the CRD the job says so in a condition and creates
+    no workers."""
+
+    enabled: bool | None = None
+    """true: every group gets a PodGroup with minMember = workers, and its pods carry the
+    PodGroup label and schedulerName. false: the scheduler places workers one by one. Unset:
+    the operator's default (--default-gang-scheduling; the chart's gangScheduling.default)."""
+    scheduler_name: str = Field(default=DEFAULT_GANG_SCHEDULER, min_length=1, max_length=253,
+                                pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """The scheduler whose profile enables the Coscheduling plugin; gang-scheduled workers get
+    it as spec.schedulerName (scheduler-plugins' own install names it
+    scheduler-plugins-scheduler)."""
+    schedule_timeout_seconds: int = Field(default=60, ge=1, le=86400)
+    """How long the scheduler keeps the places of the workers that fit while it looks for room
+    for the rest (the PodGroup's scheduleTimeoutSeconds); then it releases all of them and
+    tries the whole group again later."""
 
 
 def _object_default() -> dict[str, Any]:
@@ -160,12 +221,22 @@ class MultiWorkerJobSpec(Model):
     suspend: bool = False
     """Suspending deletes the workers and keeps the job; resuming starts a new group, which
     resumes from the last checkpoint."""
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     """Delete the job (and everything it owns) this long after it finished. Unset keeps it."""
     clean_pod_policy: CleanPodPolicy = CleanPodPolicy.RUNNING
     """Which pods to delete when the job finishes: Running deletes those still running and
     keeps finished ones for their logs; All deletes every pod."""
     health: HealthSpec = Field(default=HealthSpec(), json_schema_extra=_object_default())
+    image_skew_policy: ImageSkewPolicy = ImageSkewPolicy.PIN_TO_CHIEF
+    """When the workers of one group run different image digests (a tag that resolved
+    differently on different nodes): PinToChief restarts the group with every worker on the
+    chief's digest (once; a disruption, not a restart); FailJob fails the job."""
+    gpu_product: str | None = Field(default=None, min_length=1, max_length=63)
+    """Place every worker on nodes labelled nvidia.com/gpu.product=<this> (NVIDIA GPU feature
+    discovery sets it). Unset: where nodes carry that label, the operator picks, for each new
+    group, one product whose nodes can hold the whole group (status.gpuProduct), and says so
+    when none can — workers of one group never mix GPU models."""
+    gang: GangSpec = Field(default=GangSpec(), json_schema_extra=_object_default())
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> MultiWorkerJobSpec:

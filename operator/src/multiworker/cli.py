@@ -6,21 +6,19 @@ import argparse
 import getpass
 import logging
 import os
-import random
 import socket
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
 
 import kopf
 
-from multiworker import handlers, logs, metrics
-from multiworker.k8s import Cluster, new_api_client
-from multiworker.peering import Peering, peering_namespaces
-
-MAX_PRIORITY = 2**31 - 1
+from multiworker import handlers, logs, metrics, names
+from multiworker.controller import Controller
+from multiworker.k8s import Cluster
+from multiworker.transport import ClientSettings, Transport, new_api_client
 
 log = logging.getLogger(__name__)
+_DEFAULTS = ClientSettings()
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -34,44 +32,47 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                        help="handle jobs in this namespace (repeatable)")
     scope.add_argument("--all-namespaces", "-A", action="store_true",
                        help="handle jobs in every namespace")
-    peering = parser.add_mutually_exclusive_group()
-    peering.add_argument("--standalone", action="store_true",
-                         help="run without kopf peering (a single operator replica)")
-    peering.add_argument("--peering", metavar="NAME",
-                         help="kopf peering object shared by operator replicas (HA)")
-    parser.add_argument("--priority", type=int, metavar="N",
-                        help="kopf peering priority: the live replica with the highest one "
-                        "handles jobs (default with --peering: random, distinct per replica)")
+    parser.add_argument("--standalone", action="store_true",
+                        help="development only: skip leader election and act on every job "
+                        "even while another operator instance handles it")
+    parser.add_argument("--identity", metavar="ID",
+                        help="this instance's name in leader-election Leases (default: "
+                        "$POD_NAME, else user@host/pid)")
+    parser.add_argument("--kube-api-qps", type=float, default=_DEFAULTS.qps, metavar="QPS",
+                        help=f"sustained API requests per second (default {_DEFAULTS.qps:g})")
+    parser.add_argument("--kube-api-burst", type=int, default=_DEFAULTS.burst, metavar="N",
+                        help=f"API requests allowed in a burst (default {_DEFAULTS.burst})")
+    parser.add_argument("--request-timeout", type=float, default=_DEFAULTS.timeout_seconds,
+                        metavar="SECONDS",
+                        help=f"timeout of every API call (default {_DEFAULTS.timeout_seconds:g})")
+    parser.add_argument("--api-concurrency", type=int, default=_DEFAULTS.concurrency,
+                        metavar="N", help="pod creates/deletes in flight at once "
+                        f"(default {_DEFAULTS.concurrency})")
+    parser.add_argument("--workers", type=int, default=8, metavar="N",
+                        help="reconcile passes at once (default 8)")
+    parser.add_argument("--progress-status-seconds", type=float, default=10.0,
+                        metavar="SECONDS", help="without hang detection, how often workers' "
+                        "progress is polled into status.progress (default 10)")
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
                         help="serve Prometheus metrics on this port (off when unset)")
     parser.add_argument("--health-port", type=int, metavar="PORT",
-                        help="serve kopf's liveness endpoint /healthz on this port")
+                        help="serve the liveness endpoint /healthz on this port")
+    parser.add_argument("--default-gang-scheduling", action="store_true",
+                        help="gang-schedule jobs that leave spec.gang.enabled unset (needs the "
+                        "coscheduling scheduler and the PodGroup CRD)")
     parser.add_argument("--log-format", choices=("text", "json"), default="text")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                         default="info")
-    args = parser.parse_args(argv)
-    if args.priority is not None and not args.peering:
-        parser.error("--priority needs --peering")
-    return args
+    return parser.parse_args(argv)
 
 
 def own_identity(environ: Mapping[str, str]) -> str:
-    """kopf's peering identity: $POD_ID (the chart sets the pod name), else one of our own."""
-    if environ.get("POD_ID"):
-        return environ["POD_ID"]
+    """This instance's leader-election identity: $POD_NAME (the chart sets it), else one that
+    names the user, host, start time and process."""
+    if environ.get("POD_NAME"):
+        return environ["POD_NAME"]
     now = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
     return f"{getpass.getuser()}@{socket.gethostname()}/{now}/{os.getpid()}"
-
-
-def peering_of(args: argparse.Namespace, environ: Mapping[str, str]) -> Peering | None:
-    """Our place among HA replicas. kopf pauses *every* replica when two share the highest
-    priority, so unless told otherwise each process draws its own."""
-    if not args.peering:
-        return None
-    priority = args.priority if args.priority is not None else random.randint(1, MAX_PRIORITY)
-    return Peering(name=args.peering, clusterwide=args.all_namespaces,
-                   namespaces=peering_namespaces(args.namespace or ()),
-                   identity=own_identity(environ), priority=priority)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -79,22 +80,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     logs.configure(args.log_format, args.log_level)
     if args.metrics_port:
         metrics.serve(args.metrics_port)
-    cluster = Cluster(new_api_client())
-    loops = handlers.JobLoops(cluster)
-    peering = peering_of(args, os.environ)
+    settings = ClientSettings(qps=args.kube_api_qps, burst=args.kube_api_burst,
+                              timeout_seconds=args.request_timeout,
+                              concurrency=args.api_concurrency)
+    identity = None if args.standalone else (args.identity or own_identity(os.environ))
+    api = new_api_client(pool_size=max(64, settings.concurrency * 2))
+    cluster = Cluster(Transport(api, settings), instance=identity)
+    controller = Controller(cluster, None if args.all_namespaces else args.namespace,
+                            identity, workers=args.workers,
+                            progress_status_seconds=args.progress_status_seconds,
+                            gang_default=args.default_gang_scheduling)
     scope = "all namespaces" if args.all_namespaces else ", ".join(args.namespace)
-    log.info("starting: watching %s%s", scope, f"; peering {peering.name} as {peering.identity} "
-             f"with priority {peering.priority}" if peering else "")
+    if identity is None:
+        log.warning("--standalone: NO LEADER ELECTION. This instance acts on every job in %s "
+                    "even while another operator instance handles it; the two will fight "
+                    "over pods and status. Use it only where no other instance runs.", scope)
+    log.info("starting: watching %s%s", scope,
+             f"; leader election as {identity} (Lease {names.LEASE_NAME} in each namespace "
+             "with jobs)" if identity else "")
     kopf.run(
         registry=handlers.registry,
         settings=handlers.operator_settings(),
-        memo=kopf.Memo(loops=loops, cluster=cluster, peering=peering),
-        clusterwide=args.all_namespaces,
-        namespaces=args.namespace or (),
-        standalone=args.standalone or None,
-        peering_name=args.peering,
-        priority=peering.priority if peering else None,
-        identity=cast(Any, peering.identity if peering else None),  # kopf's NewType of str
+        memo=kopf.Memo(controller=controller),
+        clusterwide=True,
+        standalone=True,
         liveness_endpoint=(
             f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None
         ),

@@ -22,6 +22,9 @@ class Type(StrEnum):
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    PROGRESS_REPORTING = "ProgressReporting"  # can hang detection read the workers?
+    STATUS_UNREADABLE = "StatusUnreadable"  # the operator refuses to act on this status
+    PEERS_REACHABLE = "PeersReachable"  # can the starting workers reach each other?
 
 
 class Reason(StrEnum):
@@ -50,6 +53,22 @@ class Reason(StrEnum):
     STRAGGLER = "Straggler"
     STRAGGLER_RECOVERED = "StragglerRecovered"
     TRAINING_RESUMED = "TrainingResumed"
+    EVICTED_FOR_USAGE = "EvictedForResourceUsage"
+    DISRUPTION_LIMIT_EXCEEDED = "DisruptionLimitExceeded"
+    POD_REFUSED = "PodRefused"
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    STATUS_UNREADABLE = "StatusUnreadable"
+    PROGRESS_REPORTED = "ProgressReported"
+    NO_PROGRESS_SERVER = "NoProgressServer"
+    BAD_PROGRESS_REPORTS = "BadProgressReports"
+    STALE_POD_FORCE_DELETED = "StalePodForceDeleted"
+    RECONCILE_ERROR = "ReconcileError"
+    PORT_BLOCKED = "PortBlocked"
+    IMAGE_SKEW = "ImageSkew"
+    WAITING_FOR_GANG = "WaitingForGang"
+    GANG_UNAVAILABLE = "GangSchedulingUnavailable"
+    NO_GPU_PRODUCT = "NoGpuProductWithRoom"
+    PEERS_CONNECTED = "PeersConnected"
 
 
 # Setting the key condition to True switches these off (when present and True).

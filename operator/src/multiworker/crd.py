@@ -4,12 +4,10 @@ pydantic's JSON Schema is turned into a Kubernetes *structural* schema: referenc
 `Optional` as `nullable`, open models as `x-kubernetes-preserve-unknown-fields`, numeric
 exclusive bounds in OpenAPI v3.0 form, titles dropped and descriptions on one line.
 
-`spec.template` is a core/v1 PodTemplateSpec typed only where the operator relies on it
-(containers with name and image, restartPolicy, hostname, subdomain, reserved labels) and
-otherwise preserved as written. Embedding the full PodSpec schema would tie the CRD to one
-Kubernetes version and make it too large for client-side `kubectl apply`; the API server
-still validates every field when the operator creates the pods, and a rejected pod fails the
-job with reason InvalidPodTemplate and the server's message.
+`spec.template` is the pinned Kubernetes' full PodTemplateSpec schema (openapi.py), so the API
+server checks every field of it at apply time and `kubectl explain` goes all the way down. The
+operator's own view of the template (template.py) adds its rules on top: the CEL rules, the
+extra required fields and bounds, and its descriptions of the fields it constrains.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from multiworker import names
+from multiworker import names, openapi
 from multiworker.api import MultiWorkerJobSpec
 from multiworker.status import JobStatus
 
@@ -113,8 +111,39 @@ def model_schema(model: type[MultiWorkerJobSpec] | type[JobStatus]) -> Schema:
     return structural(raw, raw.get("$defs", {}))
 
 
+# What the operator's view of a template field adds to Kubernetes' schema of it.
+_OVERLAID = ("description", "x-kubernetes-validations", "minItems", "minLength", "maxLength")
+
+
+def overlay(kubernetes: Schema, operator: Schema, path: str) -> Schema:
+    """Kubernetes' schema of a template field with the operator's rules, bounds, required
+    fields and descriptions added. A field the operator names must exist in Kubernetes'."""
+    out = dict(kubernetes)
+    out.update({key: operator[key] for key in _OVERLAID if key in operator})
+    required = list(kubernetes.get("required", []))
+    required += [name for name in operator.get("required", []) if name not in required]
+    if required:
+        out["required"] = required
+    if "properties" in operator:
+        known = kubernetes.get("properties", {})
+        unknown = sorted(set(operator["properties"]) - set(known))
+        if unknown:
+            raise ValueError(f"{path}: {unknown} are not fields of Kubernetes' schema here")
+        out["properties"] = {
+            name: overlay(sub, operator["properties"][name], f"{path}.{name}")
+            if name in operator["properties"] else sub
+            for name, sub in known.items()
+        }
+    if "items" in operator:
+        out["items"] = overlay(kubernetes["items"], operator["items"], f"{path}[]")
+    return out
+
+
 def open_api_schema() -> Schema:
     spec = model_schema(MultiWorkerJobSpec)
+    template = spec["properties"]["template"]
+    spec["properties"]["template"] = overlay(openapi.pod_template_schema(), template,
+                                             "spec.template")
     status = model_schema(JobStatus)
     return {
         "description": "MultiWorkerJob runs TensorFlow MultiWorkerMirroredStrategy training as "

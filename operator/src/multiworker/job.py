@@ -52,9 +52,11 @@ class Job:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Job:
-        """Parse a job as read from the API; raise InvalidJobSpec naming every bad field."""
+        """Parse a job as read from the API. Raises status.UnreadableStatus first (nothing
+        may be done on a status we cannot read), then InvalidJobSpec naming every bad field."""
         meta = body.get("metadata", {})
         name = meta.get("name", "")
+        status = parse_status(body.get("status"))
         problems: list[str] = []
         spec: MultiWorkerJobSpec | None = None
         try:
@@ -72,6 +74,6 @@ class Job:
             uid=meta.get("uid", ""),
             generation=int(meta.get("generation", 0)),
             spec=spec,
-            status=parse_status(body.get("status")),
+            status=status,
             created=datetime.fromisoformat(created) if created else None,
         )

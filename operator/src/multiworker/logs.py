@@ -90,5 +90,6 @@ def configure(log_format: str, level: str) -> None:
     # The kubernetes client's urllib3 is chatty at debug level; keep it to warnings.
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     if root.level > logging.DEBUG:
-        # kopf logs "Handler ... succeeded" for every pod event: only its problems matter.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        # Every liveness probe would log twice (kopf's probe activity, aiohttp's access log).
+        for chatty in ("kopf.activities.probe", "aiohttp.access"):
+            logging.getLogger(chatty).setLevel(logging.WARNING)

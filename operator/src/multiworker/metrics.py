@@ -32,6 +32,25 @@ RECONCILE_ERRORS = Counter(
     "multiworker_reconcile_errors_total", "Reconcile passes that failed and will be retried."
 )
 
+API_REQUESTS = Counter(
+    "multiworker_api_requests_total",
+    "Requests this operator sent to the Kubernetes API server, by verb, resource and HTTP code.",
+    ["verb", "resource", "code"],
+)
+LEADING = Gauge(
+    "multiworker_leading_namespaces",
+    "Namespaces whose jobs this instance handles (it holds their Lease); 0 while another "
+    "instance leads.",
+)
+PASS_SECONDS = Histogram(
+    "multiworker_reconcile_seconds", "Duration of one reconcile pass.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+BAD_PROGRESS_REPORTS = Counter(
+    "multiworker_bad_progress_reports_total",
+    "Progress reports that could not be read (too large, malformed, wrong schema).",
+)
+
 _lock = threading.Lock()
 _phases: dict[tuple[str, str], str] = {}
 

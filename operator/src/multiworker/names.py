@@ -16,7 +16,13 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 LABEL_JOB_NAME = f"{GROUP}/job-name"
 LABEL_WORKER_INDEX = f"{GROUP}/worker-index"
 LABEL_GROUP_GENERATION = f"{GROUP}/group-generation"
+# The coscheduling plugin groups pods by this label (gang scheduling, gang.py).
+LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
 FINALIZER = f"{GROUP}/finalizer"
+# One Lease per namespace with jobs: its holder is the operator instance that acts there.
+LEASE_NAME = "multiworker-operator"
+# Server-side selector of the pod watch: only pods the operator labelled.
+POD_WATCH_SELECTOR = LABEL_JOB_NAME
 
 TRAINER_CONTAINER = "tensorflow"
 CHECKPOINT_VOLUME = "mwj-checkpoint"
@@ -57,6 +63,19 @@ def worker_labels(job: str, index: int, generation: int) -> dict[str, str]:
         LABEL_WORKER_INDEX: str(index),
         LABEL_GROUP_GENERATION: str(generation),
     }
+
+
+def checkpoint_subdir(namespace: str, job: str, uid: str) -> str:
+    """The job's own checkpoint directory, relative to the claim's mount path. The uid makes a
+    job deleted and applied again under the same name a different directory (it starts afresh
+    instead of restoring the old run); namespace and name keep it findable by eye."""
+    return f"{namespace}/{job}-{uid}"
+
+
+def job_path(namespace: str, name: str | None = None) -> str:
+    """REST path of a job (or, without a name, of the namespace's jobs)."""
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+    return f"{path}/{name}" if name else path
 
 
 def label_selector(labels: dict[str, str]) -> str:

@@ -7,13 +7,14 @@ that is not the job's fault (eviction, preemption, deletion, node loss).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from multiworker import names
+from multiworker.ownership import controlled_by
 
 Pod = Mapping[str, Any]
 
@@ -47,6 +48,8 @@ PROBLEM_WAITING_REASONS = frozenset({
     "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
 })
+# The pod was evicted because it used more than it asked for: the job's fault, not a disruption.
+EVICTED_FOR_USAGE = "EvictedForResourceUsage"
 MESSAGE_LINES = 3
 MESSAGE_CHARS = 600
 
@@ -64,6 +67,8 @@ class WorkerState:
     uid: str = ""
     terminating: bool = False  # deletion requested
     ip: str = ""  # the pod's IP, where it serves GET /progress
+    node: str = ""  # the node it was scheduled to
+    image_id: str = ""  # the image its training container runs (a digest), once started
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class StalePod:
     uid: str
     generation: int | None
     deletion: datetime | None  # when the API server will remove it (already terminating)
+    node: str = ""  # where it runs: a pod on a lost node never terminates by itself
+    pod_group: str = ""  # its gang's PodGroup, which goes with it
 
 
 @dataclass(frozen=True)
@@ -102,15 +109,16 @@ class ObservedGroup:
 
 def observe_group(
     pods: Iterable[Pod], *, job: str, job_uid: str, workers: int, generation: int,
-    container: str,
+    container: str, expected: Collection[str] = (),
 ) -> ObservedGroup:
-    """Sort the job's pods into the current group (by worker index), stale and foreign pods."""
+    """Sort the job's pods into the current group (by worker index), stale and foreign pods.
+    A pod of `expected` (created, not yet seen by the cache) is pending, not missing."""
     current: dict[int, WorkerState] = {}
     stale: list[StalePod] = []
     foreign: list[str] = []
     for pod in pods:
         meta = pod.get("metadata", {})
-        if not _controlled_by(meta, job_uid):
+        if not controlled_by(meta, job_uid):
             foreign.append(meta.get("name", ""))
             continue
         labels = meta.get("labels", {})
@@ -128,10 +136,16 @@ def observe_group(
             stale.append(StalePod(
                 name=meta.get("name", ""), uid=meta.get("uid", ""), generation=pod_generation,
                 deletion=_time(meta.get("deletionTimestamp")),
+                node=(pod.get("spec") or {}).get("nodeName") or "",
+                pod_group=labels.get(names.LABEL_POD_GROUP, ""),
             ))
-    group = tuple(
-        current.get(i, WorkerState(index=i, phase=WorkerPhase.MISSING)) for i in range(workers)
-    )
+    def absent(i: int) -> WorkerState:
+        pod = names.worker_name(job, i)
+        if pod in expected:
+            return WorkerState(i, WorkerPhase.PENDING, pod, reason="Creating")
+        return WorkerState(index=i, phase=WorkerPhase.MISSING)
+
+    group = tuple(current.get(i) or absent(i) for i in range(workers))
     return ObservedGroup(generation, group, tuple(stale), tuple(sorted(foreign)))
 
 
@@ -139,8 +153,11 @@ def classify(pod: Pod, index: int, container: str) -> WorkerState:
     """The state of one worker pod, judged by its training container and its pod status."""
     meta = pod.get("metadata", {})
     state = _classify(pod, index, container)
+    trainer = _container_status(pod.get("status", {}).get("containerStatuses", []), container)
     return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta,
-                   ip=pod.get("status", {}).get("podIP") or "")
+                   ip=pod.get("status", {}).get("podIP") or "",
+                   node=(pod.get("spec") or {}).get("nodeName") or "",
+                   image_id=(trainer or {}).get("imageID") or "")
 
 
 def _classify(pod: Pod, index: int, container: str) -> WorkerState:
@@ -155,6 +172,9 @@ def _classify(pod: Pod, index: int, container: str) -> WorkerState:
                            since=_time(terminated.get("finishedAt")))
     if terminated and not _happened_before(disruption, terminated):
         return _exited(index, name, terminated, "")
+    if disruption is not None and disruption[0] == "Evicted" and _own_usage(disruption[1]):
+        return WorkerState(index, WorkerPhase.FAILED, name, reason=EVICTED_FOR_USAGE,
+                           message=disruption[1], since=disruption[2])
     if disruption is not None:
         return disruption_state(index, name, *disruption)
     if status.get("phase") == "Failed":
@@ -235,7 +255,9 @@ def _disruption(
     target = _condition(status, "DisruptionTarget")
     if target is not None and target.get("status") == "True":
         reason = _DISRUPTION_REASONS.get(target.get("reason", ""), "Disrupted")
-        return reason, target.get("message") or "", _time(target.get("lastTransitionTime"))
+        # The kubelet's eviction message (which container used what) is in the pod status.
+        message = status.get("message") or target.get("message") or ""
+        return reason, message, _time(target.get("lastTransitionTime"))
     deletion = _time(meta.get("deletionTimestamp"))
     if deletion is not None:
         grace = timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
@@ -250,11 +272,19 @@ def _disruption(
 def _happened_before(
     disruption: tuple[str, str, datetime | None] | None, terminated: Mapping[str, Any]
 ) -> bool:
-    """Whether the disruption came first (so the exit was its consequence)."""
+    """Whether the disruption came first (so the exit was its consequence). When either time
+    is unknown the exit stands: a disruption must not excuse a failure it may not have caused."""
     if disruption is None:
         return False
     since, finished = disruption[2], _time(terminated.get("finishedAt"))
-    return since is None or finished is None or since <= finished
+    return since is not None and finished is not None and since <= finished
+
+
+def _own_usage(message: str) -> bool:
+    """A kubelet eviction for the pod's own usage ("Container x was using 3Gi, which exceeds
+    its request of 1Gi", "Pod ephemeral local storage usage exceeds the total limit"), as
+    opposed to pressure others caused."""
+    return "exceeds" in message or "exceeded" in message
 
 
 def _container_status(statuses: list[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
@@ -269,12 +299,6 @@ def _condition_true(status: Mapping[str, Any], type_: str) -> bool:
     found = _condition(status, type_)
     return found is not None and found.get("status") == "True"
 
-
-def _controlled_by(meta: Mapping[str, Any], uid: str) -> bool:
-    return any(
-        ref.get("controller") and ref.get("uid") == uid
-        for ref in meta.get("ownerReferences", [])
-    )
 
 
 def _int(value: str | None) -> int | None:

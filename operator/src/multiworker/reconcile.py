@@ -1,10 +1,13 @@
 """One reconcile pass over one job: a flat list of named steps.
 
-observe → stop if finished → delete stale generations → suspend/resume → record progress →
-success policy → failure policy → hang policy → create the group (after backoff) → compute
-status. The status is patched once, at the end, and Events are emitted only after that write
-succeeded. Everything the pass knows comes from the cluster (the job's status and its pods'
-labels), so the operator can be killed at any instant and converges when restarted.
+stop if finished → delete stale generations → suspend/resume → record progress → success
+policy → failure policy (failures, image skew, lost nodes, stuck starts) → hang policy →
+create the group (creation.py) → Running condition. Jobs the steps cannot run on — an
+unreadable status, an invalid spec — are unrunnable.py's. The status is written once, at the
+end (commit.py), and Events only after
+that write succeeded. A pass reads the job, its pods and nodes from the watch-fed caches and
+decides from them alone, so the operator can be killed at any instant and converges when
+restarted.
 
 Success is checked before failure (unlike JobSet's order): once the chief has finished, its
 peers exiting non-zero on their way out must not restart a finished job.
@@ -12,75 +15,90 @@ peers exiting non-zero on their way out must not restart a finished job.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
-from enum import Enum
+from typing import Any
 
-from multiworker import names
 from multiworker.api import CleanPodPolicy
-from multiworker.conditions import Reason, Type, find
-from multiworker.health import GroupHealth
-from multiworker.health_steps import hang_policy, probe_targets, record_progress
+from multiworker.commit import commit
+from multiworker.conditions import Reason, Type
+from multiworker.context import ClusterIO, Flow, Outcome, Pass
+from multiworker.creation import ensure_workers, still_blocked, why_not_placed
+from multiworker.gang import pod_group_path
+from multiworker.hang import find_stall
 from multiworker.job import InvalidJobSpec, Job
-from multiworker.k8s import ClusterIO, Conflict, Created, Manifest, RejectedObject
+from multiworker.k8s import Conflict, Gone, PodDeletion
 from multiworker.logs import job_logger
-from multiworker.observe import PROBLEM_WAITING_REASONS, WorkerPhase, observe_group
-from multiworker.policy import Action, ActionKind, failure_action, startup_deadline, success_action
-from multiworker.render import owner_reference, render_service, render_worker_pod
-from multiworker.status import TERMINAL_PHASES, Phase
+from multiworker.nodes import NodeTrouble, node_trouble
+from multiworker.observe import WorkerPhase, observe_group
+from multiworker.policy import (
+    ActionKind,
+    failure_action,
+    hang_action,
+    lost_node_deadline,
+    startup_deadline,
+    success_action,
+)
+from multiworker.progress import GroupHealth
+from multiworker.reporting import current_health, poll_targets, record_progress
+from multiworker.status import TERMINAL_PHASES, Phase, UnreadableStatus
 from multiworker.transitions import (
-    NORMAL,
-    WARNING,
-    Flow,
-    Outcome,
-    Pass,
-    finish,
+    apply,
     forget_group,
     group_running,
-    reject_spec,
-    restart_group,
+    not_running,
     waiting_for,
-    write,
 )
+from multiworker.unrunnable import fail_invalid_spec, refuse_unreadable_status
 
-# A stale pod still there this long after its deletion deadline is on a lost node: force it.
+Manifest = dict[str, Any]
+
+# A stale pod still there this long after its deletion deadline may be force-deleted — but
+# only if its node is gone or unreachable (else its kubelet is still stopping it).
 FORCE_DELETE_AFTER = timedelta(seconds=30)
-# Poll while waiting for old pods to go (their deletion events wake us sooner).
-STALE_POLL_SECONDS = 2.0
-CONFLICT_RETRY_SECONDS = 30.0
-# Why-not-running reasons that also get a Warning Event (when the message changes).
-_WARN_REASONS = frozenset({Reason.OBJECT_CONFLICT, Reason.UNSCHEDULABLE})
 
 
 def reconcile(
     cluster: ClusterIO, namespace: str, name: str, now: datetime,
-    health: GroupHealth | None = None,
+    health: GroupHealth | None = None, expected: Collection[str] = (),
+    gang_default: bool = False,
 ) -> Outcome:
-    """One pass; `health` is the workers' progress as last polled (watch.py), if any."""
-    body = cluster.get_job(namespace, name)
+    """One pass; `health` is the workers' progress as last polled (poller.py), `expected`
+    the pods this operator created that the cache has not shown yet, `gang_default` whether
+    jobs that leave spec.gang.enabled unset are gang-scheduled."""
+    body = cluster.cached_job(namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return Outcome(gone=True)
     try:
         job = Job.from_body(body)
+    except UnreadableStatus as e:
+        return refuse_unreadable_status(cluster, body, e.problems, now)
     except InvalidJobSpec as e:
-        return reject_spec(cluster, body, e.problems, now)
+        return fail_invalid_spec(cluster, body, e.problems, now)
     status = job.status
-    pods = cluster.list_pods(namespace, name)
+    pods = cluster.cached_pods(namespace, name)
     group = observe_group(
         pods, job=name, job_uid=job.uid, workers=job.spec.workers,
         generation=status.group_generation, container=job.spec.template.trainer_container(),
+        expected=expected,
     )
+    troubles = _troubles(cluster, {w.node for w in group.workers} | {s.node for s in group.stale})
     log = job_logger(namespace, name, status.group_generation)
-    p = Pass(cluster, body, job, group, now, status.model_copy(deep=True), log, health)
+    p = Pass(cluster, body, job, group, troubles, now, status.model_copy(deep=True), log,
+             health, pods=pods, gang_default=gang_default)
     for step in STEPS:
         if step(p) is Flow.DONE:
             break
     try:
-        write(p)
+        written = commit(p)
     except Conflict:
         log.debug("the job changed during this pass: reading it again")
         return Outcome(requeue=0)
-    return Outcome(requeue=p.requeue, targets=probe_targets(p))
+    except Gone:
+        return Outcome(gone=True)
+    read = str(body["metadata"].get("resourceVersion", ""))
+    return Outcome(requeue=p.requeue, targets=poll_targets(p), created=tuple(p.created),
+                   written=(read, written) if written is not None else None)
 
 
 # --- the steps, in order ---
@@ -99,30 +117,45 @@ def stop_if_finished(p: Pass) -> Flow:
             p.cluster.delete_job(p.job.namespace, p.job.name, p.job.uid)
             p.deleted = True
         else:
-            p.wake_in((deadline - p.now).total_seconds())
+            p.wake_at(deadline)
     return Flow.DONE
 
 
 def delete_stale_pods(p: Pass) -> Flow:
     """Pods of an earlier generation go first; their names are reused by the new group.
 
-    A pod of a *later* generation means another pass (an operator replica that has not yet
-    noticed it lost its lease, say) moved the job on after this pass read it: the status is
-    always written before the pods of a new generation exist, so a fresh read tells.
+    A pod of a *later* generation means another instance moved the job on after this pass
+    read it (the status is written before the pods of a new generation exist): write nothing.
+    A stale pod that outlives its grace period is force-deleted only when its node is gone or
+    unreachable — a live kubelet is still stopping it, and the old chief may still be writing
+    its checkpoint.
     """
-    if _status_moved_on(p):
+    if any(pod.generation is not None and pod.generation > p.status.group_generation
+           for pod in p.group.stale):
         p.outdated = True
-        p.wake_in(0)
+        p.wake_in(1)
         return Flow.DONE
+    ns, deletions = p.job.namespace, []
     for pod in p.group.stale:
         if pod.deletion is None:
             p.log.info("deleting %s of generation %s", pod.name, pod.generation)
-            p.cluster.delete_pod(p.job.namespace, pod.name, pod.uid)
-        elif p.now > pod.deletion + FORCE_DELETE_AFTER:
-            p.log.warning("force-deleting %s: still there after its grace period", pod.name)
-            p.cluster.delete_pod(p.job.namespace, pod.name, pod.uid, grace=0)
-    if p.group.stale:
-        p.wake_in(STALE_POLL_SECONDS)
+            deletions.append(PodDeletion(ns, pod.name, pod.uid))
+            continue
+        due = pod.deletion + FORCE_DELETE_AFTER
+        trouble = p.troubles.get(pod.node)
+        if trouble is None or p.now < due:
+            p.wake_at(due if trouble is not None else None)
+            continue
+        message = (f"force-deleting {pod.name} of generation {pod.generation}: its grace "
+                   f"period ended and {trouble.describe()}, so no kubelet will stop it")
+        p.log.warning("%s", message)
+        p.emit(Reason.STALE_POD_FORCE_DELETED, message)
+        deletions.append(PodDeletion(ns, pod.name, pod.uid, grace=0))
+    p.cluster.delete_pods(deletions)
+    # A gang's PodGroup (one per generation, gang.py) goes with its pods, once.
+    for pod_group in sorted({pod.pod_group for pod in p.group.stale
+                             if pod.pod_group and pod.deletion is None}):
+        p.cluster.delete_object(pod_group_path(ns, pod_group))
     return Flow.CONTINUE
 
 
@@ -134,99 +167,54 @@ def suspend_or_resume(p: Pass) -> Flow:
                 s.group_generation += 1  # the running group is now stale: deleted next pass
                 forget_group(s)
             s.group_start_time = s.restart_after = s.recovering_since = None
-            s.phase = Phase.SUSPENDED
+            s.blocked_since = None
             message = (f"suspended: workers deleted; resuming starts generation "
                        f"{s.group_generation} from the last checkpoint")
             p.condition(Type.SUSPENDED, "True", Reason.SUSPENDED, message)
-            p.emit(NORMAL, Reason.SUSPENDED, message)
+            p.emit(Reason.SUSPENDED, message)
             p.wake_in(0)
         return Flow.DONE
     if suspended:
         message = f"resumed: starting generation {s.group_generation}"
         p.condition(Type.SUSPENDED, "False", Reason.RESUMED, message)
-        p.emit(NORMAL, Reason.RESUMED, message)
-        s.phase = Phase.PENDING
+        p.emit(Reason.RESUMED, message)
     return Flow.CONTINUE
 
 
 def success_policy(p: Pass) -> Flow:
-    action = success_action(p.job.spec, p.group)
-    if action.kind is ActionKind.NONE:
-        return Flow.CONTINUE
-    finish(p, Phase.SUCCEEDED, action)
-    return Flow.DONE
+    return Flow.DONE if apply(p, success_action(p.job.spec, p.group)) else Flow.CONTINUE
 
 
 def failure_policy(p: Pass) -> Flow:
     action = failure_action(
-        p.job.spec, p.status, p.group,
-        group_started=p.status.group_start_time is not None, now=p.now,
+        p.job.spec, p.status, p.group, group_started=p.status.group_start_time is not None,
+        now=p.now, troubles=p.troubles,
     )
     if action.kind is ActionKind.NONE:
+        p.wake_at(lost_node_deadline(p.job.spec, p.group, p.troubles))
         return Flow.CONTINUE
-    if action.kind is ActionKind.FAIL_JOB:
-        finish(p, Phase.FAILED, action)
-    else:
-        restart_group(p, action)
-    return Flow.DONE
+    apply(p, action)
+    return Flow.DONE if action.kind is not ActionKind.WAIT else Flow.CONTINUE
 
 
-def ensure_workers(p: Pass) -> Flow:
-    """Create the current group once the old pods are gone and the backoff has passed."""
-    s = p.status
-    if s.group_start_time is not None or p.group.stale:
+def hang_policy(p: Pass) -> Flow:
+    """Restart the group (spending a restart) when no worker advanced for
+    spec.health.progressTimeoutSeconds (hang.py); the worker that stopped first is blamed."""
+    if not p.group.all_running or p.group.stale:
         return Flow.CONTINUE
-    if s.restart_after is not None and p.now < s.restart_after:
-        p.wake_in((s.restart_after - p.now).total_seconds())
-        return Flow.CONTINUE
-    owner = owner_reference(p.job)
-    if not _ensure_service(p, owner):
-        return Flow.CONTINUE
-    created = 0
-    for worker in p.group.with_phase(WorkerPhase.MISSING):
-        pod = render_worker_pod(p.job, worker.index, s.group_generation, owner)
-        try:
-            result = p.cluster.create_pod(pod)
-        except RejectedObject as e:
-            action = Action(ActionKind.FAIL_JOB, Reason.INVALID_POD_TEMPLATE,
-                            f"the API server rejected worker-{worker.index}'s pod: {e}")
-            finish(p, Phase.FAILED, action)
-            return Flow.DONE
-        if result is Created.EXISTS:
-            existing = p.cluster.get_pod(p.job.namespace, pod["metadata"]["name"])
-            found = _ownership(p, existing, generation=s.group_generation)
-            if found is not Owned.OURS:
-                _wait_or_conflict(p, found, "pod", pod["metadata"]["name"])
-                return Flow.CONTINUE
-        created += result is Created.CREATED
-    s.group_start_time, s.restart_after = p.now, None
-    s.start_time = s.start_time or p.now
-    if created:
-        p.emit(NORMAL, Reason.GROUP_CREATED,
-               f"created {created} workers of generation {s.group_generation}")
-    return Flow.CONTINUE
+    stall = find_stall(current_health(p), p.job.spec.health.progress_timeout_seconds)
+    return Flow.DONE if apply(p, hang_action(p.job.spec, p.status, stall)) else Flow.CONTINUE
 
 
 def compute_status(p: Pass) -> Flow:
-    """Phase and the Running condition, from the observed group."""
-    s, group = p.status, p.group
+    """The Running condition from the observed group (the phase follows in commit.py)."""
+    group = p.group
     if group.all_running and not group.stale:
         group_running(p)
         return Flow.CONTINUE
-    reason, message = p.blocked or waiting_for(p)
-    old = find(p.job.status.conditions, Type.RUNNING)
-    problem = reason in PROBLEM_WAITING_REASONS or reason in _WARN_REASONS
-    if problem and (old is None or old.message != message):
-        p.emit(WARNING, reason, message)
-    p.condition(Type.RUNNING, "False", reason, message)
-    if s.recovering_since is not None:
-        s.phase = Phase.RESTARTING
-    else:
-        waiting = group.with_phase(WorkerPhase.PENDING, WorkerPhase.MISSING)
-        s.phase = Phase.PENDING if waiting or group.stale else Phase.STARTING
-    deadline = startup_deadline(p.job.spec, group)
-    if deadline is not None:
-        p.wake_in((deadline - p.now).total_seconds())
+    reason, message = p.blocked or still_blocked(p) or why_not_placed(p) or waiting_for(p)
+    not_running(p, reason, message)
+    p.wake_at(startup_deadline(p.job.spec, group))
     return Flow.CONTINUE
 
 
@@ -238,7 +226,7 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
     success_policy,
     failure_policy,
     hang_policy,
-    ensure_workers,
+    ensure_workers,  # creation.py
     compute_status,
 )
 
@@ -246,65 +234,25 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
 # --- helpers of the steps ---
 
 
-def _status_moved_on(p: Pass) -> bool:
-    generation = p.status.group_generation
-    if not any(pod.generation is not None and pod.generation > generation
-               for pod in p.group.stale):
-        return False
-    fresh = p.cluster.get_job(p.job.namespace, p.job.name)
-    current = ((fresh or {}).get("status") or {}).get("groupGeneration", generation)
-    return bool(current != generation)
+def _troubles(cluster: ClusterIO, node_names: set[str]) -> dict[str, NodeTrouble]:
+    found = {}
+    for node in node_names - {""}:
+        trouble = node_trouble(node, cluster.cached_node(node))
+        if trouble is not None:
+            found[node] = trouble
+    return found
 
 
 def _clean_finished_pods(p: Pass) -> None:
     """Delete what spec.cleanPodPolicy says: pods still running, or all of them."""
     everything = p.job.spec.clean_pod_policy is CleanPodPolicy.ALL
     active = (WorkerPhase.RUNNING, WorkerPhase.PENDING, WorkerPhase.STARTING)
-    for worker in p.group.workers:
-        if worker.terminating or worker.phase is WorkerPhase.MISSING:
-            continue
-        if everything or worker.phase in active:
-            p.cluster.delete_pod(p.job.namespace, worker.pod, worker.uid)
-    for pod in p.group.stale:
-        if pod.deletion is None:
-            p.cluster.delete_pod(p.job.namespace, pod.name, pod.uid)
+    ns = p.job.namespace
+    deletions = [PodDeletion(ns, w.pod, w.uid) for w in p.group.workers
+                 if not w.terminating and w.phase is not WorkerPhase.MISSING and w.uid
+                 and (everything or w.phase in active)]
+    deletions += [PodDeletion(ns, pod.name, pod.uid) for pod in p.group.stale
+                  if pod.deletion is None]
+    p.cluster.delete_pods(deletions)
 
 
-def _ensure_service(p: Pass, owner: Manifest) -> bool:
-    service = render_service(p.job, owner)
-    if p.cluster.create_service(service) is Created.CREATED:
-        return True
-    name = service["metadata"]["name"]
-    found = _ownership(p, p.cluster.get_service(p.job.namespace, name), generation=None)
-    if found is Owned.OURS:
-        return True
-    _wait_or_conflict(p, found, "service", name)
-    return False
-
-
-class Owned(Enum):
-    OURS = "ours"
-    WAIT = "wait"  # gone meanwhile, or an old pod of ours this pass did not list
-    FOREIGN = "foreign"  # another controller's: never touched
-
-
-def _ownership(p: Pass, obj: Manifest | None, *, generation: int | None) -> Owned:
-    """Who controls an object that already existed when we created it."""
-    if obj is None:
-        return Owned.WAIT
-    meta = obj["metadata"]
-    controlled = any(r.get("controller") and r.get("uid") == p.job.uid
-                     for r in meta.get("ownerReferences", []))
-    if not controlled:
-        return Owned.FOREIGN
-    label = meta.get("labels", {}).get(names.LABEL_GROUP_GENERATION)
-    return Owned.OURS if generation is None or label == str(generation) else Owned.WAIT
-
-
-def _wait_or_conflict(p: Pass, found: Owned, kind: str, name: str) -> None:
-    if found is Owned.WAIT:
-        p.wake_in(1)
-        return
-    p.blocked = (Reason.OBJECT_CONFLICT, f"{kind} {name} exists and is not controlled by "
-                                         "this job; delete it or rename the job")
-    p.wake_in(CONFLICT_RETRY_SECONDS)

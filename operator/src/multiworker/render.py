@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import copy
 import json
+import posixpath
 from typing import Any
 
-from multiworker import names
+from multiworker import contract, names
+from multiworker.gpus import PRODUCT_LABEL
 from multiworker.job import Job
 
 Manifest = dict[str, Any]
@@ -45,17 +47,24 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
     spec = job.spec
     config = tf_config(job.name, job.namespace, spec.workers, spec.port, index)
     values: dict[str, str] = {
-        "TF_CONFIG": json.dumps(config, separators=(",", ":")),
-        "MWJ_JOB_NAME": job.name,
-        "MWJ_NUM_WORKERS": str(spec.workers),
-        "MWJ_WORKER_INDEX": str(index),
-        "MWJ_RESTART_COUNT": str(generation),
-        "MWJ_PROGRESS_PORT": str(spec.health.progress_port),
-        "MWJ_PEER_TIMEOUT_SECONDS": str(spec.health.peer_timeout_seconds),
-        "MWJ_COLLECTIVE_TIMEOUT_SECONDS": str(spec.health.collective_timeout_seconds),
+        contract.TF_CONFIG: json.dumps(config, separators=(",", ":")),
+        contract.MWJ_JOB_NAME: job.name,
+        contract.MWJ_JOB_NAMESPACE: job.namespace,
+        contract.MWJ_JOB_UID: job.uid,
+        contract.MWJ_NUM_WORKERS: str(spec.workers),
+        contract.MWJ_WORKER_INDEX: str(index),
+        contract.MWJ_RESTART_COUNT: str(generation),
+        contract.MWJ_PROGRESS_PORT: str(spec.health.progress_port),
+        contract.MWJ_PEER_TIMEOUT_SECONDS: str(spec.health.peer_timeout_seconds),
+        contract.MWJ_COLLECTIVE_TIMEOUT_SECONDS: str(spec.health.collective_timeout_seconds),
     }
-    if spec.checkpoint is not None:
-        values["MWJ_CHECKPOINT_DIR"] = spec.checkpoint.mount_path
+    checkpoint = spec.checkpoint
+    if checkpoint is not None:
+        own = names.checkpoint_subdir(job.namespace, job.name, job.uid)
+        values[contract.MWJ_CHECKPOINT_DIR] = posixpath.join(checkpoint.mount_path, own)
+        if checkpoint.resume_from is not None:
+            resume_dir = posixpath.join(checkpoint.mount_path, checkpoint.resume_from)
+            values[contract.MWJ_RESUME_FROM_DIR] = posixpath.normpath(resume_dir)
     return [{"name": name, "value": value} for name, value in values.items()]
 
 
@@ -80,8 +89,10 @@ def render_service(job: Job, owner: Manifest) -> Manifest:
     }
 
 
-def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest) -> Manifest:
-    """Worker `index` of group `generation`, built from spec.template."""
+def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
+                      image: str | None = None, gpu_product: str | None = None) -> Manifest:
+    """Worker `index` of group `generation`, built from spec.template; `image` replaces the
+    training container's (a pinned digest), `gpu_product` selects nodes of one GPU model."""
     template = job.spec.template.as_dict()
     metadata = template.get("metadata") or {}
     pod_spec = copy.deepcopy(template["spec"])
@@ -95,6 +106,11 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest) ->
     reserved = {e["name"] for e in ours}
     # Ours first, so the user's variables can refer to them as $(MWJ_WORKER_INDEX).
     trainer["env"] = ours + [e for e in trainer.get("env", []) if e.get("name") not in reserved]
+    if image is not None:
+        trainer["image"] = image
+    if gpu_product is not None:
+        pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}),
+                                    PRODUCT_LABEL: gpu_product}
     trainer.setdefault("terminationMessagePolicy", _TERMINATION_MESSAGE_POLICY)
     if job.spec.checkpoint is not None:
         _mount_checkpoint(pod_spec, trainer, job.spec.checkpoint.claim_name,

@@ -70,6 +70,8 @@ class ProgressStatus(Model):
     """The chief's training speed over its last steps."""
     loss: float | None = None
     """The chief's latest training loss."""
+    accuracy: float | None = None
+    """The chief's latest training accuracy, when the script reports one."""
     last_checkpoint_step: int | None = None
     """Step of the last checkpoint saved."""
     resumed_from_step: int | None = None
@@ -108,6 +110,16 @@ class JobStatus(BaseModel):
     disruptions: int = 0
     """Group restarts caused by disruptions (eviction, preemption, deletion, node loss); these
     do not spend the restart budget."""
+    pinned_image: str | None = None
+    """The digest every worker's training container runs since an image skew was found
+    (spec.imageSkewPolicy PinToChief)."""
+    gpu_product: str | None = None
+    """The nvidia.com/gpu.product every worker of the current group was placed on."""
+    blocked_since: Time | None = None
+    """When creating the current group was first held up (pods refused by quota, no GPU
+    product with room for it); cleared once its pods are created."""
+    bad_progress_reports: int = 0
+    """Answers to GET /progress from the current group that could not be read."""
     restart_after: Time | None = None
     """The next group is created no earlier than this (restart backoff)."""
     group_start_time: Time | None = None
@@ -129,10 +141,20 @@ class JobStatus(BaseModel):
     times the group's median."""
 
 
+class UnreadableStatus(ValueError):
+    """The stored status cannot be read (edited by hand, written by another version): acting
+    on it as if empty would reset counters, delete running pods and rerun finished jobs."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
 def parse_status(raw: Mapping[str, Any] | None) -> JobStatus:
-    """The status as last written; one we cannot read (written by an older operator) is
-    treated as empty rather than crashing the reconcile."""
+    """The status as last written; UnreadableStatus names every field it cannot read."""
     try:
         return JobStatus.model_validate(raw or {})
-    except ValidationError:
-        return JobStatus()
+    except ValidationError as e:
+        raise UnreadableStatus([
+            "status." + ".".join(str(p) for p in item["loc"]) + f": {item['msg']}"
+            for item in e.errors()]) from e

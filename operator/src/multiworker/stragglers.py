@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from multiworker.health import TRAINING, GroupHealth, WorkerTrack
+from multiworker.progress import TRAINING, GroupHealth, WorkerTrack
 
 # A worker is a straggler after this many polls in a row below the threshold, and stops being
 # one after as many at or above it (no flapping on one slow poll).
@@ -25,7 +25,7 @@ def mark_stragglers(health: GroupHealth, threshold: float | None) -> GroupHealth
         return replace(health, median_rate=None, workers=tuple(
             replace(w, slow_polls=0, fast_polls=0, straggling=False) for w in health.workers))
     rates = {w.index: w.report.steps_per_second for w in health.workers
-             if w.report is not None and _measured(w)}
+             if w.report is not None and w.report.steps_per_second is not None and _measured(w)}
     if len(rates) < 2:
         return replace(health, median_rate=None)
     median = statistics.median(rates.values())
@@ -66,4 +66,5 @@ def describe_recovered(health: GroupHealth | None, index: int) -> str:
 
 def _rate(health: GroupHealth, index: int) -> str:
     w = health.worker(index)
-    return f"{w.report.steps_per_second:.3g}" if w is not None and w.report is not None else "?"
+    rate = w.report.steps_per_second if w is not None and w.report is not None else None
+    return f"{rate:.3g}" if rate is not None else "?"

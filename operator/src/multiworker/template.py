@@ -1,7 +1,9 @@
-"""spec.template: a core/v1 PodTemplateSpec, typed only where the operator relies on it.
+"""spec.template: the operator's own typed view of a core/v1 PodTemplateSpec.
 
-The rest is kept exactly as written (x-kubernetes-preserve-unknown-fields); the API server
-validates it when the operator creates the pods.
+Only the fields the operator relies on are typed here; everything else is kept exactly as
+written (extra="allow") and copied into the pods. The CRD's schema of spec.template is not
+this: it is the pinned Kubernetes' full PodTemplateSpec (openapi.py), with the rules, bounds and
+descriptions below laid over it (crd.overlay), so a field named here must exist there.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from multiworker.schema import OpenModel, cel, validations
 
 
 class Container(OpenModel):
-    """A core/v1 Container. Only name and image are checked here; the API server validates
-    the rest when the operator creates the pods."""
+    """A core/v1 Container; the operator needs its name and image."""
 
     name: str = Field(min_length=1)
-    """Container name; the one named `tensorflow` (or else the first) trains and gets the env."""
+    """Container name (a DNS label, unique in the pod). The one named `tensorflow` (or else
+    the first) trains and gets TF_CONFIG and the MWJ_* environment."""
     image: str = Field(min_length=1)
-    """Container image, e.g. multiworker.local/worker:dev."""
+    """Container image, e.g. multiworker.local/worker:dev. Required here: no workload
+    controller fills it in later."""
 
 
 class TemplateMetadata(OpenModel):
@@ -42,8 +45,6 @@ class TemplateMetadata(OpenModel):
     """Labels for every worker pod; keys under multiworker.dev/ are set by the operator."""
     annotations: dict[str, str] = Field(default_factory=dict)
     """Annotations for every worker pod."""
-
-
 
 
 class PodSpec(OpenModel):
@@ -67,7 +68,8 @@ class PodSpec(OpenModel):
     )
 
     containers: list[Container] = Field(min_length=1)
-    """The pod's containers; at least one."""
+    """The pod's containers, at least one; the one named `tensorflow` (or else the first)
+    trains."""
     restart_policy: str | None = None
     """Must be Never or unset: failures restart the whole group, never one container."""
     hostname: str | None = None
@@ -95,7 +97,8 @@ class PodTemplate(OpenModel):
     metadata: TemplateMetadata | None = None
     """Labels and annotations for every worker pod."""
     spec: PodSpec
-    """The worker pod spec."""
+    """The pod spec of every worker, a core/v1 PodSpec (GPUs via resources.limits
+    nvidia.com/gpu); restartPolicy, hostname and subdomain are the operator's."""
 
     @model_validator(mode="after")
     def _no_reserved_labels(self) -> PodTemplate:

@@ -5,7 +5,7 @@ A training script::
     from multiworker import runtime
 
     def main(ctx: runtime.WorkerContext) -> None:
-        runtime.wait_for_peers(ctx)             # names resolve, worker 0 is up; else exit 3
+        runtime.wait_for_peers(ctx)             # names, same TF/GPUs (else 2), worker 0 up (else 3)
         strategy = runtime.make_strategy(ctx)   # MWMS with failure detection; 3 on timeout
         with strategy.scope():
             model = build_and_compile()

@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 
 class ProgressCallback(keras.callbacks.Callback):
-    """Feeds the /progress board every step and logs one line per epoch."""
+    """Feeds the /progress board every step (loss, and accuracy when the model compiles an
+    `accuracy` metric) and logs one line per epoch."""
 
     def __init__(self, board: ProgressBoard, epochs: int) -> None:
         super().__init__()
@@ -34,17 +35,21 @@ class ProgressCallback(keras.callbacks.Callback):
         self._epochs = epochs
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        self._board.step_done(step_of(self.model), _loss(logs))
+        self._board.step_done(
+            step_of(self.model), _metric(logs, "loss"), _metric(logs, "accuracy")
+        )
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._board.epoch_done(epoch + 1)
         state = self._board.snapshot()
+        accuracy = _metric(logs, "accuracy")
         log.info(
-            "epoch %d/%d done: step %d, loss %s, %.1f steps/s",
+            "epoch %d/%d done: step %d, loss %s%s, %.1f steps/s",
             epoch + 1,
             self._epochs,
             state["step"],
-            _format_loss(_loss(logs)),
+            _format(_metric(logs, "loss")),
+            "" if accuracy is None else f", accuracy {_format(accuracy)}",
             state["stepsPerSecond"],
         )
 
@@ -125,10 +130,11 @@ class PreemptionCallback(keras.callbacks.Callback):
         raise Preempted(f"SIGTERM on {requests} worker(s); checkpointed step {step} and stopped")
 
 
-def _loss(logs: dict[str, Any] | None) -> float | None:
-    value = (logs or {}).get("loss")
+def _metric(logs: dict[str, Any] | None, name: str) -> float | None:
+    """A metric Keras logged (`loss`, or `accuracy` when the model compiles it)."""
+    value = (logs or {}).get(name)
     return None if value is None else float(value)
 
 
-def _format_loss(loss: float | None) -> str:
-    return "n/a" if loss is None or math.isnan(loss) else f"{loss:.4g}"
+def _format(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.4g}"

@@ -6,6 +6,8 @@ collectives), but only the chief (worker 0) writes to the real path; the others 
 local temp dir that is deleted right away (the `_is_chief` / write_filepath pattern of TF's
 multi-worker Keras tutorial). All workers restore from the chief's MWJ_CHECKPOINT_DIR, so it
 must be storage every worker can read; `fit` checks that they all restored the same step.
+The chief records the job's identity beside its checkpoints (ownership.py), so that no job
+restores another's state by accident.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tensorflow as tf
 
 from multiworker.runtime.config import RuntimeConfig
 from multiworker.runtime.context import WorkerContext
+from multiworker.runtime.ownership import JobIdentity, restore_source, write_identity
 
 log = logging.getLogger(__name__)
 
@@ -31,33 +34,38 @@ class CheckpointStore:
 
     def __init__(self, model: keras.Model, config: RuntimeConfig, directory: str) -> None:
         self._model = model
+        self._config = config
         self._directory = directory
-        self._is_chief = config.is_chief
         self._write_dir = directory if config.is_chief else _temp_dir(config, "checkpoint")
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
         self._manager = tf.train.CheckpointManager(
             self._checkpoint, self._write_dir, max_to_keep=KEEP_CHECKPOINTS
         )
+        self._identity_written = False
         self.last_saved_step = 0
 
     def restore(self) -> int:
-        """Loads the chief's latest checkpoint, if any; returns the restored step (0 if none)."""
-        latest = tf.train.latest_checkpoint(self._directory)
-        if latest is None:
+        """Loads this job's latest checkpoint, or on a deliberate resume the other run's
+        (ownership.restore_source); returns the restored step (0 if none)."""
+        source = restore_source(self._config, tf.train.latest_checkpoint)
+        if source is None:
             return 0
         with self._model.distribute_strategy.scope():
             # Slot variables must exist before restoring into them (Keras builds them lazily).
             self._model.optimizer.build(self._model.trainable_variables)
-        self._checkpoint.restore(latest).assert_existing_objects_matched()
+        self._checkpoint.restore(source).assert_existing_objects_matched()
         self.last_saved_step = step_of(self._model)
-        log.info("restored %s", latest)
+        log.info("restored %s", source)
         return self.last_saved_step
 
     def save(self) -> int:
         """Saves on every worker (call it on all of them at the same step); returns the step."""
         step = step_of(self._model)
+        if self._config.is_chief and not self._identity_written:
+            write_identity(self._directory, JobIdentity.of(self._config))
+            self._identity_written = True
         path = self._manager.save(checkpoint_number=step)
-        if self._is_chief:
+        if self._config.is_chief:
             log.info("checkpoint saved: %s", path)
         else:
             shutil.rmtree(self._write_dir, ignore_errors=True)

@@ -9,24 +9,42 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from multiworker.contract import (
+    DEFAULT_COLLECTIVE_TIMEOUT_SECONDS,
+    DEFAULT_PEER_TIMEOUT_SECONDS,
+    DEFAULT_PROGRESS_PORT,
+    MWJ_CHECKPOINT_DIR,
+    MWJ_COLLECTIVE_TIMEOUT_SECONDS,
+    MWJ_JOB_NAME,
+    MWJ_JOB_NAMESPACE,
+    MWJ_JOB_UID,
+    MWJ_NUM_WORKERS,
+    MWJ_PEER_TIMEOUT_SECONDS,
+    MWJ_PROGRESS_PORT,
+    MWJ_PROGRESS_PORTS,
+    MWJ_RESTART_COUNT,
+    MWJ_RESUME_FROM_DIR,
+    MWJ_TEST_FINGERPRINT_OVERRIDE,
+    MWJ_WORKER_INDEX,
+    TF_CONFIG,
+)
 from multiworker.runtime.errors import ConfigError
 
-TF_CONFIG = "TF_CONFIG"
-MWJ_JOB_NAME = "MWJ_JOB_NAME"
-MWJ_NUM_WORKERS = "MWJ_NUM_WORKERS"
-MWJ_WORKER_INDEX = "MWJ_WORKER_INDEX"
-MWJ_RESTART_COUNT = "MWJ_RESTART_COUNT"
-MWJ_CHECKPOINT_DIR = "MWJ_CHECKPOINT_DIR"
-MWJ_PROGRESS_PORT = "MWJ_PROGRESS_PORT"
-MWJ_PEER_TIMEOUT_SECONDS = "MWJ_PEER_TIMEOUT_SECONDS"
-MWJ_COLLECTIVE_TIMEOUT_SECONDS = "MWJ_COLLECTIVE_TIMEOUT_SECONDS"
+__all__ = [
+    "MWJ_CHECKPOINT_DIR",
+    "MWJ_COLLECTIVE_TIMEOUT_SECONDS",
+    "MWJ_PEER_TIMEOUT_SECONDS",
+    "MWJ_PROGRESS_PORT",
+    "MWJ_PROGRESS_PORTS",
+    "MWJ_RESUME_FROM_DIR",
+    "RuntimeConfig",
+    "host_and_port",
+    "load_config",
+]
 
-DEFAULT_PROGRESS_PORT = 8471
-DEFAULT_PEER_TIMEOUT_SECONDS = 300.0
-DEFAULT_COLLECTIVE_TIMEOUT_SECONDS = 60.0
 STANDALONE_JOB_NAME = "local"
 
 
@@ -42,6 +60,14 @@ class RuntimeConfig:
     progress_port: int
     peer_timeout_seconds: float
     collective_timeout_seconds: float
+    progress_ports: tuple[int, ...] = ()
+    """Each worker's progress port by index (MWJ_PROGRESS_PORTS); empty: all use ours."""
+    fingerprint_override: str | None = None
+    """MWJ_TEST_FINGERPRINT_OVERRIDE, for tests: JSON fields the preflight reports instead."""
+    job_namespace: str = ""
+    job_uid: str = ""
+    resume_from_dir: str | None = None
+    """Another run's checkpoint directory this job may restore from on purpose."""
 
     @property
     def num_workers(self) -> int:
@@ -56,6 +82,10 @@ class RuntimeConfig:
     def is_standalone(self) -> bool:
         """No TF_CONFIG: a local single-process run, e.g. a smoke test on a laptop."""
         return not self.peers
+
+    def progress_port_of(self, index: int) -> int:
+        """Where worker `index` serves /progress and /preflight (on its host in `peers`)."""
+        return self.progress_ports[index] if self.progress_ports else self.progress_port
 
 
 def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
@@ -74,21 +104,67 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
         _check_agrees(peers, task_index, num_workers, worker_index, problems)
     config = RuntimeConfig(
         job_name=environ.get(MWJ_JOB_NAME) or STANDALONE_JOB_NAME,
+        job_namespace=environ.get(MWJ_JOB_NAMESPACE, ""),
+        job_uid=environ.get(MWJ_JOB_UID, ""),
+        resume_from_dir=environ.get(MWJ_RESUME_FROM_DIR) or None,
         worker_index=task_index,
         peers=peers,
         restart_count=_integer(environ, MWJ_RESTART_COUNT, 0, 0, None, problems) or 0,
         checkpoint_dir=environ.get(MWJ_CHECKPOINT_DIR) or None,
         progress_port=_port(environ, problems),
         peer_timeout_seconds=_seconds(
-            environ, MWJ_PEER_TIMEOUT_SECONDS, DEFAULT_PEER_TIMEOUT_SECONDS, problems
+            environ, MWJ_PEER_TIMEOUT_SECONDS, float(DEFAULT_PEER_TIMEOUT_SECONDS), problems
         ),
         collective_timeout_seconds=_seconds(
-            environ, MWJ_COLLECTIVE_TIMEOUT_SECONDS, DEFAULT_COLLECTIVE_TIMEOUT_SECONDS, problems
+            environ,
+            MWJ_COLLECTIVE_TIMEOUT_SECONDS,
+            float(DEFAULT_COLLECTIVE_TIMEOUT_SECONDS),
+            problems,
         ),
     )
+    config = _with_progress_ports(config, environ, problems)
+    if environ.get(MWJ_TEST_FINGERPRINT_OVERRIDE):
+        config = replace(config, fingerprint_override=environ[MWJ_TEST_FINGERPRINT_OVERRIDE])
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def host_and_port(address: str) -> tuple[str, int]:
+    """Splits a validated 'host:port' ('[v6]:port' too) into what sockets take."""
+    host, _, port = address.rpartition(":")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def _with_progress_ports(
+    config: RuntimeConfig, environ: Mapping[str, str], problems: list[str]
+) -> RuntimeConfig:
+    """MWJ_PROGRESS_PORTS: one port per worker; ours defaults to its entry for our index."""
+    raw = environ.get(MWJ_PROGRESS_PORTS)
+    if raw is None:
+        return config
+    if config.is_standalone:
+        if TF_CONFIG not in environ:  # else TF_CONFIG's own problem is reported
+            problems.append(f"{MWJ_PROGRESS_PORTS}: set, but {TF_CONFIG} is missing")
+        return config
+    try:
+        ports = tuple(int(part) for part in raw.split(","))
+    except ValueError:
+        problems.append(f"{MWJ_PROGRESS_PORTS}: {raw!r} is not a comma-separated list of ports")
+        return config
+    if len(ports) != len(config.peers) or not all(0 < p < 65536 for p in ports):
+        problems.append(
+            f"{MWJ_PROGRESS_PORTS}: {raw!r} must list {len(config.peers)} ports in 1..65535, "
+            f"one per worker in {TF_CONFIG}.cluster.worker"
+        )
+        return config
+    own = ports[config.worker_index] if config.worker_index < len(ports) else None
+    if environ.get(MWJ_PROGRESS_PORT) is not None and own != config.progress_port:
+        problems.append(
+            f"{MWJ_PROGRESS_PORTS}: lists {own} for this worker, but "
+            f"{MWJ_PROGRESS_PORT}={config.progress_port}"
+        )
+    return replace(config, progress_ports=ports, progress_port=own or config.progress_port)
 
 
 def _parse_tf_config(raw: str, problems: list[str]) -> tuple[tuple[str, ...], int]:

@@ -10,7 +10,7 @@ from typing import NoReturn
 from multiworker.runtime.config import RuntimeConfig, load_config
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.errors import ConfigError, ExitCode, RuntimeFailure
-from multiworker.runtime.exits import exit_now
+from multiworker.runtime.exits import exit_now, write_termination_message
 from multiworker.runtime.preemption import StopSignal
 from multiworker.runtime.progress import Phase, ProgressBoard, serve_progress
 
@@ -29,6 +29,7 @@ def run(
         _configure_logging("worker ?")
         for problem in e.problems:
             log.error("bad configuration: %s", problem)
+        write_termination_message(f"{e} (exit {ExitCode.BAD_CONFIG:d})")
         exit_now(ExitCode.BAD_CONFIG)
     _configure_logging(_worker_label(config))
     context = WorkerContext(
@@ -51,6 +52,7 @@ def run(
         context.progress.set_phase(Phase.FAILED)
         clean = e.exit_code == ExitCode.PREEMPTED  # a requested stop, not a failure
         log.log(logging.WARNING if clean else logging.ERROR, "%s (exit %d)", e, e.exit_code)
+        write_termination_message(f"{e} (exit {e.exit_code:d})")
         exit_now(e.exit_code)
     except BaseException:
         context.progress.set_phase(Phase.FAILED)

@@ -6,17 +6,16 @@ and the functions that detect problems stay ordinary raising code that tests can
 
 from __future__ import annotations
 
-import enum
+from multiworker.contract import ExitCode
 
-
-class ExitCode(enum.IntEnum):
-    """Process exit codes the operator reads (docs/contracts.md, "Runtime exit codes")."""
-
-    DONE = 0
-    BAD_CONFIG = 2
-    PEERS_UNREACHABLE = 3
-    COLLECTIVE_ABORTED = 4
-    PREEMPTED = 143
+__all__ = [
+    "CollectiveAborted",
+    "ConfigError",
+    "ExitCode",
+    "PeersUnreachable",
+    "Preempted",
+    "RuntimeFailure",
+]
 
 
 class RuntimeFailure(Exception):
@@ -36,7 +35,8 @@ class ConfigError(RuntimeFailure):
 
 
 class PeersUnreachable(RuntimeFailure):
-    """Some peers did not show up within MWJ_PEER_TIMEOUT_SECONDS."""
+    """Some peers did not show up within MWJ_PEER_TIMEOUT_SECONDS; the message says how each
+    one failed (name, refused, dropped)."""
 
     exit_code = ExitCode.PEERS_UNREACHABLE
 

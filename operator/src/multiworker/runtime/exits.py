@@ -1,4 +1,4 @@
-"""Leaving the process with a contract exit code, without TF's teardown.
+"""Leaving the process with a contract exit code, without TF's teardown, and saying why.
 
 After a collective abort or a missing peer, TF's exit path (coordination-service shutdown
 barrier, gRPC teardown) waits for peers that are gone: measured at up to 20 s extra with the
@@ -12,6 +12,12 @@ import os
 import sys
 from typing import NoReturn
 
+# Where the kubelet mounts the container's termination message file (the default
+# terminationMessagePath); its content becomes the pod's termination message, which the
+# operator shows in status.lastFailure and its Events. Absent outside Kubernetes.
+TERMINATION_LOG = "/dev/termination-log"
+_MAX_MESSAGE_BYTES = 4096  # the kubelet keeps no more
+
 
 def exit_now(code: int) -> NoReturn:
     """Flushes logs and output, then ends the process immediately with `code`."""
@@ -20,3 +26,17 @@ def exit_now(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def write_termination_message(message: str, path: str = TERMINATION_LOG) -> bool:
+    """Makes `message` the termination message, so it reaches the job's status even under
+    `terminationMessagePolicy: File` and ahead of any log noise; False where there is no file."""
+    if not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "wb") as file:
+            cut = message.encode()[:_MAX_MESSAGE_BYTES]
+            file.write(cut.decode(errors="ignore").encode())  # no half a character at the end
+    except OSError:
+        return False
+    return True

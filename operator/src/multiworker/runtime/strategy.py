@@ -39,6 +39,7 @@ from multiworker.runtime.aborts import named_peers
 from multiworker.runtime.config import RuntimeConfig
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.errors import PeersUnreachable
+from multiworker.runtime.peers import wait_for_peers
 from multiworker.runtime.progress import Phase
 
 log = logging.getLogger(__name__)
@@ -67,10 +68,12 @@ def make_strategy(context: WorkerContext) -> tf.distribute.MultiWorkerMirroredSt
     """Builds MWMS for this worker (standalone: a local one) and takes over SIGTERM.
 
     Blocks until every worker has joined, at most MWJ_PEER_TIMEOUT_SECONDS, else raises
-    PeersUnreachable (exit 3). Call `wait_for_peers` first: it waits with progress logs, which
-    are impossible here (the constructor holds the GIL while it blocks).
+    PeersUnreachable (exit 3). Runs `wait_for_peers` (names, the preflight, worker 0's port)
+    first unless the script did: it waits with progress logs, which are impossible in the
+    constructor (it holds the GIL while it blocks).
     """
     config = context.config
+    wait_for_peers(context)
     gpus = len(tf.config.list_physical_devices("GPU"))
     options = communication_options(gpus, config.collective_timeout_seconds)
     if not config.is_standalone:

@@ -16,6 +16,7 @@ from multiworker.runtime.collective import sum_over_workers
 from multiworker.runtime.config import MWJ_CHECKPOINT_DIR, RuntimeConfig
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.errors import CollectiveAborted, ConfigError
+from multiworker.runtime.inputs import distribute
 from multiworker.runtime.progress import Phase
 from multiworker.runtime.resume import plan_segments
 
@@ -43,10 +44,12 @@ def fit(
 ) -> None:
     """Trains `model` (built and compiled under the strategy's scope) to `epochs` epochs.
 
-    Resumes from MWJ_CHECKPOINT_DIR at the exact step saved, checkpoints every
-    `checkpoint_every_steps` steps (None: each epoch), reports progress, and on SIGTERM
-    checkpoints and raises Preempted (exit 143). A collective failure raises CollectiveAborted
-    (exit 4). `dataset` must yield batches indefinitely (e.g. `.repeat()`).
+    Resumes at the exact step saved from this job's own checkpoint in MWJ_CHECKPOINT_DIR, or
+    on purpose from MWJ_RESUME_FROM_DIR (another job's checkpoint otherwise exits 2, see
+    ownership.py); checkpoints every `checkpoint_every_steps` steps (None: each epoch),
+    reports progress, and on SIGTERM checkpoints and raises Preempted (exit 143). A collective
+    failure raises CollectiveAborted (exit 4). `dataset` must yield batches indefinitely (e.g.
+    `.repeat()`); one iterator over it serves the whole run (inputs.py).
     """
     try:
         _fit(context, model, dataset, epochs, steps_per_epoch, checkpoint_every_steps, callbacks)
@@ -85,9 +88,10 @@ def _fit(
         *callbacks,
     ]
     context.progress.set_phase(Phase.TRAINING)
+    data = distribute(model.distribute_strategy, dataset)  # one iterator for all segments
     for segment in segments:
         model.fit(
-            dataset,
+            data,
             initial_epoch=segment.initial_epoch,
             epochs=segment.epochs,
             steps_per_epoch=segment.steps_per_epoch,

@@ -1,0 +1,54 @@
+"""The names and numbers the operator and the worker runtime must agree on (docs/contracts.md).
+
+One module, stdlib only, imported by both sides: the operator renders these variables and
+reads these exit codes, the runtime (`multiworker.runtime`, which imports nothing but the
+stdlib and TensorFlow) parses and returns them. A default changed here changes on both sides.
+"""
+
+from __future__ import annotations
+
+import enum
+
+# Worker environment (operator -> pod).
+TF_CONFIG = "TF_CONFIG"
+MWJ_JOB_NAME = "MWJ_JOB_NAME"
+MWJ_JOB_NAMESPACE = "MWJ_JOB_NAMESPACE"
+MWJ_JOB_UID = "MWJ_JOB_UID"
+MWJ_NUM_WORKERS = "MWJ_NUM_WORKERS"
+MWJ_WORKER_INDEX = "MWJ_WORKER_INDEX"
+MWJ_RESTART_COUNT = "MWJ_RESTART_COUNT"
+MWJ_CHECKPOINT_DIR = "MWJ_CHECKPOINT_DIR"
+MWJ_RESUME_FROM_DIR = "MWJ_RESUME_FROM_DIR"
+MWJ_PROGRESS_PORT = "MWJ_PROGRESS_PORT"
+MWJ_PEER_TIMEOUT_SECONDS = "MWJ_PEER_TIMEOUT_SECONDS"
+MWJ_COLLECTIVE_TIMEOUT_SECONDS = "MWJ_COLLECTIVE_TIMEOUT_SECONDS"
+# Never set by the operator: every worker's progress port, by index, for groups whose workers
+# share one host (tests, a laptop). Unset: each peer serves on MWJ_PROGRESS_PORT.
+MWJ_PROGRESS_PORTS = "MWJ_PROGRESS_PORTS"
+# Never set by the operator: a JSON object replacing fields of the fingerprint this worker
+# reports to its peers, so tests can stage a skewed group with one TensorFlow install.
+MWJ_TEST_FINGERPRINT_OVERRIDE = "MWJ_TEST_FINGERPRINT_OVERRIDE"
+
+DEFAULT_PROGRESS_PORT = 8471
+DEFAULT_PEER_TIMEOUT_SECONDS = 300
+# Above any legitimate wait between workers (first-step tracing, a checkpoint write).
+DEFAULT_COLLECTIVE_TIMEOUT_SECONDS = 300
+
+# Worker HTTP endpoints (on MWJ_PROGRESS_PORT).
+PROGRESS_PATH = "/progress"
+PREFLIGHT_PATH = "/preflight"
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes of the runtime that the operator acts on ("Runtime exit codes")."""
+
+    DONE = 0
+    BAD_CONFIG = 2
+    PEERS_UNREACHABLE = 3
+    COLLECTIVE_ABORTED = 4
+    PREEMPTED = 143
+
+
+# Exits that mean "a peer failed", not "this worker failed": a worker that died on its own
+# (any other code, or a signal) is the one to blame when both show up together.
+PEER_FAILURE_EXIT_CODES = frozenset({ExitCode.PEERS_UNREACHABLE, ExitCode.COLLECTIVE_ABORTED})

@@ -1,0 +1,317 @@
+"""The controller: watch-fed caches → a work queue → reconcile passes, plus the progress
+poller and leader election. The one place that decides *when* a job is looked at.
+
+A job is reconciled when something about it changes — its spec or status (not the echo of
+our own status write), one of its pods, the node of one of its pods — when a pass asked to
+look again at a given time (backoff, deadlines), when the poller has news, and on a slow
+jittered resync while it runs. Finished and suspended jobs cost nothing until they change.
+Passes run in threads (the kubernetes client is synchronous), a bounded number at once,
+never two for the same job (workqueue.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from multiworker import metrics, names
+from multiworker.conditions import Reason
+from multiworker.context import Outcome
+from multiworker.events import event_type
+from multiworker.informer import Informer, Key, Store, slim, slim_node, slim_pod
+from multiworker.k8s import Cluster
+from multiworker.leader import Elector
+from multiworker.logs import job_logger
+from multiworker.poller import Poller
+from multiworker.reconcile import reconcile
+from multiworker.status import TERMINAL_PHASES
+from multiworker.view import View
+from multiworker.workqueue import WorkQueue, jittered
+
+log = logging.getLogger(__name__)
+
+Manifest = dict[str, Any]
+
+RESYNC_SECONDS = 300.0  # a running job is looked at this often even without news
+ERROR_BACKOFF_SECONDS = 1.0  # after a failed pass: 1, 2, 4, ... seconds
+MAX_ERROR_BACKOFF_SECONDS = 60.0
+EXPECT_SECONDS = 60.0  # a created pod the cache has not shown after this is missing after all
+STUCK_PASS_SECONDS = 180.0  # a pass running longer than this means the operator is wedged
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _pod_job(pod: Manifest) -> Key | None:
+    meta = pod.get("metadata", {})
+    job = (meta.get("labels") or {}).get(names.LABEL_JOB_NAME)
+    return (meta.get("namespace", ""), job) if job else None
+
+
+def _node_of(pod: Manifest) -> Key | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return ("", node) if node else None
+
+
+@dataclass
+class Controller:
+    """Runs everything: informers (threads), pass workers, the poller and the elector."""
+
+    cluster: Cluster
+    namespaces: Collection[str] | None  # None: every namespace
+    identity: str | None  # None: --standalone, no leader election
+    workers: int = 8  # passes at once
+    resync_seconds: float = RESYNC_SECONDS
+    error_backoff_seconds: float = ERROR_BACKOFF_SECONDS
+    progress_status_seconds: float = 10.0
+    gang_default: bool = False  # --default-gang-scheduling
+    clock: Callable[[], datetime] = utc_now
+    view: View = field(init=False)
+    queue: WorkQueue[Key] = field(init=False)
+    poller: Poller = field(init=False)
+    elector: Elector | None = field(init=False, default=None)
+    informers: list[Informer] = field(init=False, default_factory=list)
+    _tasks: list[asyncio.Task[Any]] = field(init=False, default_factory=list)
+    _loop: asyncio.AbstractEventLoop | None = field(init=False, default=None)
+    _failures: dict[Key, int] = field(init=False, default_factory=dict)
+    _expected: dict[Key, dict[str, float]] = field(init=False, default_factory=dict)
+    _in_pass: dict[Key, float] = field(init=False, default_factory=dict)
+    _jobs_per_namespace: dict[str, int] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.view = View(self.cluster, Store(), Store(index_of=_pod_job), Store())
+        self.queue = WorkQueue()
+        self.poller = Poller(notify=self._notify_key, clock=self.clock,
+                             status_seconds=self.progress_status_seconds)
+        self._pods_by_node = Store(index_of=_node_of)  # the jobs a node event concerns
+
+    # --- lifecycle ---
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self.identity is not None:
+            self.elector = Elector(self.cluster, self.identity, self._leadership_changed)
+        scopes: list[str | None] = list(self.namespaces) if self.namespaces is not None \
+            else [None]
+        for ns in scopes:
+            self.informers.append(self._informer(
+                names.job_path(ns) if ns else f"/apis/{names.GROUP}/{names.VERSION}/"
+                f"{names.PLURAL}", self.view.job_store, self._on_job, ns, None, slim))
+            self.informers.append(self._informer(
+                f"/api/v1/namespaces/{ns}/pods" if ns else "/api/v1/pods",
+                self.view.pod_store, self._on_pod, ns, names.POD_WATCH_SELECTOR, slim_pod))
+        self.informers.append(self._informer("/api/v1/nodes", self.view.node_store,
+                                             self._on_node, None, None, slim_node))
+        for informer in self.informers:
+            informer.start()
+        await asyncio.to_thread(self._wait_synced)
+        log.info("caches synced: %d jobs, %d pods, %d nodes", len(self.view.job_store),
+                 len(self.view.pod_store), len(self.view.node_store))
+        self._tasks = [asyncio.create_task(self._work(), name=f"pass worker {i}")
+                       for i in range(self.workers)]
+        self._tasks.append(asyncio.create_task(self.poller.run(), name="progress poller"))
+        if self.elector is not None:
+            self.elector.want(set(self._jobs_per_namespace))
+            self._tasks.append(asyncio.create_task(self.elector.run(), name="leader election"))
+        for key in self.view.job_store:
+            self.queue.add(key)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for informer in self.informers:
+            informer.stop()
+        if self.elector is not None:
+            await self.elector.release_all()
+
+    def stuck(self) -> str | None:
+        """Why the operator is wedged (for the liveness probe), or None."""
+        now = time.monotonic()
+        for key, started in self._in_pass.items():
+            if now - started > STUCK_PASS_SECONDS:
+                return f"the pass over {key[0]}/{key[1]} has run for {now - started:.0f}s"
+        dead = [i.path for i in self.informers if i.synced.is_set() and not i.alive]
+        return f"informers stopped: {', '.join(dead)}" if dead else None
+
+    def _informer(self, path: str, store: Store, listener: Callable[..., None],
+                  namespace: str | None, selector: str | None,
+                  transform: Callable[[Manifest], Manifest]) -> Informer:
+        def relay(kind: str, old: Manifest | None, new: Manifest | None) -> None:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(listener, kind, old, new)
+        return Informer(self.cluster, path, store, relay, namespace, selector, transform)
+
+    def _wait_synced(self) -> None:
+        for informer in self.informers:
+            while not informer.synced.wait(5):
+                log.info("waiting for the first list of %s", informer.path)
+
+    # --- events (on the event loop) ---
+
+    def _on_job(self, kind: str, old: Manifest | None, new: Manifest | None) -> None:
+        obj = new or old
+        assert obj is not None
+        key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        if (old is None) != (new is None):
+            self._count_namespace(key[0], +1 if new is not None else -1)
+        if new is not None and self._own_echo(key, new):
+            return
+        self.queue.add(key)
+
+    def _own_echo(self, key: Key, new: Manifest) -> bool:
+        """The event of our own status write: nothing new to look at."""
+        ours = self.view.written.get(key)
+        return ours is not None and \
+            ours[1]["metadata"]["resourceVersion"] == new["metadata"].get("resourceVersion")
+
+    def _on_pod(self, kind: str, old: Manifest | None, new: Manifest | None) -> None:
+        obj = new or old
+        assert obj is not None
+        job = _pod_job(obj)
+        if job is None:
+            return
+        if new is not None:
+            self._expected.get(job, {}).pop(new["metadata"].get("name", ""), None)
+        self._pods_by_node_update(old, new)
+        self.queue.add(job)
+
+    def _on_node(self, kind: str, old: Manifest | None, new: Manifest | None) -> None:
+        if old is not None and new is not None and _node_health(old) == _node_health(new):
+            return  # a heartbeat or label change: nothing a pass looks at
+        node = (new or old or {}).get("metadata", {}).get("name", "")
+        for pod in self._pods_by_node.by_index(("", node)):
+            job = _pod_job(pod)
+            if job is not None:
+                self.queue.add(job)
+
+    def _pods_by_node_update(self, old: Manifest | None, new: Manifest | None) -> None:
+        if new is None:
+            if old is not None:
+                self._pods_by_node.remove((old["metadata"].get("namespace", ""),
+                                           old["metadata"]["name"]))
+        else:
+            self._pods_by_node.put(new)
+
+    def _notify_key(self, key: Any) -> None:
+        self.queue.add(key)
+
+    def _count_namespace(self, namespace: str, delta: int) -> None:
+        count = self._jobs_per_namespace.get(namespace, 0) + delta
+        if count > 0:
+            self._jobs_per_namespace[namespace] = count
+        else:
+            self._jobs_per_namespace.pop(namespace, None)
+        if self.elector is not None:
+            self.elector.want(set(self._jobs_per_namespace))
+
+    def _leadership_changed(self, namespace: str, leading: bool) -> None:
+        for key in self.view.job_store:
+            if key[0] == namespace:
+                if leading:
+                    self.queue.add(key)
+                else:
+                    self.poller.forget(key)
+
+    def leads(self, namespace: str) -> bool:
+        return self.elector is None or self.elector.leads(namespace)
+
+    # --- passes ---
+
+    async def _work(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                await self._process(key)
+            finally:
+                self.queue.done(key)
+
+    async def _process(self, key: Key) -> None:
+        if not self.leads(key[0]):
+            self.poller.forget(key)
+            return
+        now = self.clock()
+        expected = self._still_expected(key)
+        self._in_pass[key] = time.monotonic()
+        started = time.perf_counter()
+        try:
+            outcome = await asyncio.to_thread(reconcile, self.view, key[0], key[1], now,
+                                              self.poller.health(key), expected,
+                                              self.gang_default)
+        except Exception as e:  # every error: log, report once per streak, retry with backoff
+            await self._failed(key, e)
+            return
+        finally:
+            self._in_pass.pop(key, None)
+            metrics.PASS_SECONDS.observe(time.perf_counter() - started)
+        self._failures.pop(key, None)
+        self._after(key, outcome, now)
+
+    def _after(self, key: Key, outcome: Outcome, now: datetime) -> None:
+        if outcome.gone:
+            self.poller.forget(key)
+            self.queue.forget(key)
+            self.view.forget(key)
+            self._expected.pop(key, None)
+            metrics.set_job_phase(key[0], key[1], None)
+            return
+        if outcome.written is not None:
+            self.view.remember_write(key, *outcome.written)
+        if outcome.created:
+            deadline = time.monotonic() + EXPECT_SECONDS
+            self._expected.setdefault(key, {}).update(dict.fromkeys(outcome.created, deadline))
+        self.poller.after_pass(key, outcome.targets, now)
+        requeue = outcome.requeue
+        job = self.view.cached_job(*key)
+        phase = ((job or {}).get("status") or {}).get("phase")
+        active = phase not in TERMINAL_PHASES and phase != "Suspended"
+        if requeue is None and active:
+            requeue = jittered(self.resync_seconds)
+        if requeue is not None:
+            self.queue.add_after(key, requeue)
+
+    def _still_expected(self, key: Key) -> frozenset[str]:
+        pending = self._expected.get(key)
+        if not pending:
+            return frozenset()
+        now = time.monotonic()
+        for name in [n for n, deadline in pending.items() if deadline < now]:
+            del pending[name]
+        return frozenset(pending)
+
+    async def _failed(self, key: Key, error: Exception) -> None:
+        failures = self._failures[key] = self._failures.get(key, 0) + 1
+        delay = min(MAX_ERROR_BACKOFF_SECONDS,
+                    self.error_backoff_seconds * 2 ** min(failures - 1, 16))
+        metrics.RECONCILE_ERRORS.inc()
+        job_logger(*key).error("reconcile failed (%d in a row), retrying in %gs: %s",
+                               failures, delay, error, exc_info=error)
+        self.queue.add_after(key, delay)
+        if failures != 1:
+            return  # one Event per streak of errors, not one per retry
+        body = self.view.cached_job(*key)
+        if body is not None:
+            message = f"the operator could not reconcile this job and will retry: {error}"
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(
+                    self.cluster.emit_event, body, event_type(Reason.RECONCILE_ERROR),
+                    Reason.RECONCILE_ERROR, message, self.clock())
+
+
+def _node_health(node: Manifest) -> tuple[Any, ...]:
+    """What lost-node detection reads of a node: Ready, taints, existence."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = next(((c.get("status"), c.get("lastTransitionTime")) for c in conditions
+                  if c.get("type") == "Ready"), None)
+    taints = tuple(sorted((t.get("key", ""), t.get("effect", ""))
+                          for t in (node.get("spec") or {}).get("taints") or []))
+    return ready, taints

@@ -1,0 +1,56 @@
+"""Pure: whether a node can still run (and stop) its pods — for lost-node restarts and for
+when force-deleting a stale pod is safe.
+
+Kubernetes itself evicts pods from an unreachable node only after about five minutes
+(tolerationSeconds of the not-ready/unreachable taints); a training group is dead as soon as
+one worker's node is gone, so the operator acts after spec.health.nodeLostSeconds instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+Node = Mapping[str, Any]
+
+_TAINTS = {"node.kubernetes.io/unreachable": "Unreachable",
+           "node.kubernetes.io/not-ready": "NotReady"}
+
+
+@dataclass(frozen=True)
+class NodeTrouble:
+    """Why a node cannot be trusted to run or stop pods, and since when (None: unknown)."""
+
+    node: str
+    reason: str  # Gone, Unreachable, NotReady
+    since: datetime | None
+    message: str
+
+    def describe(self) -> str:
+        when = f" since {self.since.strftime('%H:%M:%S')}" if self.since else ""
+        detail = f" ({self.message})" if self.message else ""
+        what = {"Gone": "was deleted", "Unreachable": "is unreachable",
+                "NotReady": "is NotReady"}.get(self.reason, self.reason)
+        return f"node {self.node} {what}{when}{detail}"
+
+
+def node_trouble(name: str, node: Node | None) -> NodeTrouble | None:
+    """The trouble of node `name` as last seen (None: it is Ready)."""
+    if node is None:
+        return NodeTrouble(name, "Gone", None, "the node object no longer exists")
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        reason = _TAINTS.get(taint.get("key", ""))
+        if reason is not None and taint.get("effect") in ("NoExecute", "NoSchedule"):
+            return NodeTrouble(name, reason, _time(taint.get("timeAdded")), "")
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("status") != "True":
+            reason = "Unreachable" if condition.get("status") == "Unknown" else "NotReady"
+            return NodeTrouble(name, reason, _time(condition.get("lastTransitionTime")),
+                               condition.get("message") or "")
+    return None
+
+
+def _time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None

@@ -1,0 +1,116 @@
+"""The chaos tier: the real operator process against the real cluster while things break.
+
+Its size and seed come from the environment (config.py): `make test` runs the bounded form,
+`make chaos` the full one. Every case records its figures with the `figures` fixture; they
+are printed at the end of the run (and written to test-logs/chaos-figures.txt).
+
+The control-plane cases stop the shared cluster's API server and etcd: run this tier only
+while holding the cluster (`flock /tmp/mw-cluster.lock ...`), never beside other cluster tests.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.config import Chaos, from_env
+from tests.chaos.control import ControlPlane
+from tests.chaos.recorder import Recorder
+from tests.cluster import REPO, Cluster
+from tests.integration.conftest import (  # noqa: F401 (fixtures shared with integration)
+    chart_env,
+    crds,
+    jobs,
+    operator,
+)
+
+FIGURES: list[tuple[str, str]] = []
+FIGURES_FILE = REPO / "test-logs" / "chaos-figures.txt"
+
+
+@pytest.fixture(scope="session")
+def chaos() -> Chaos:
+    settings = from_env()
+    FIGURES.append(("settings", settings.describe()))
+    return settings
+
+
+class Figures:
+    """What one case measured, one line per figure, printed after the run."""
+
+    def __init__(self, case: str) -> None:
+        self.case = case
+
+    def __call__(self, text: str) -> None:
+        FIGURES.append((self.case, text))
+        print(f"[{self.case}] {text}")
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Figures:
+    return Figures(request.node.name)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not FIGURES:
+        return
+    terminalreporter.section("chaos figures")
+    lines = [f"{case}: {text}" for case, text in FIGURES]
+    for line in lines:
+        terminalreporter.write_line(line)
+    FIGURES_FILE.parent.mkdir(parents=True, exist_ok=True)
+    FIGURES_FILE.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="session")
+def control(cluster: Cluster) -> ControlPlane:
+    if cluster.kind != "local":
+        pytest.skip("stopping the control plane needs the local cluster (CLUSTER=local)")
+    return ControlPlane()
+
+
+@pytest.fixture(scope="session")
+def fake_nodes(cluster: Cluster) -> Iterator[list[str]]:
+    """Two kwok fake nodes for jobs whose pods need not run (deleted at the end)."""
+    if cluster.kind != "local":
+        pytest.skip("kwok fake nodes are set up on the local cluster only")
+    script = str(REPO / "hack/cluster/fake-nodes.sh")
+    env = {**os.environ, **cluster.env}
+    subprocess.run([script, "2", "8"], check=True, env=env, timeout=300)
+    yield ["fake-0", "fake-1"]
+    subprocess.run([script, "--delete"], check=False, env=env, timeout=300)
+
+
+@pytest.fixture(autouse=True)
+def alone(request: pytest.FixtureRequest) -> None:
+    """No other operator instance may run in the cluster (a Helm release left behind, say):
+    it acts on every namespace and would take the test operators' Leases, so the cases would
+    measure it instead of the operator they start and kill."""
+    if "operator" not in request.fixturenames:
+        return
+    cluster: Cluster = request.getfixturevalue("cluster")
+    found = cluster.kubectl("get", "pods", "-A", "-l", "app.kubernetes.io/name=multiworker-operator",
+                            "--field-selector=status.phase=Running", "-o",
+                            "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} "
+                            "{.metadata.labels.app\\.kubernetes\\.io/instance}{'\\n'}{end}")
+    others = found.stdout.split("\n")
+    others = [line for line in others if line.strip()]
+    if others:
+        pytest.fail("another operator instance runs in the cluster and would compete for the "
+                    "test operators' Leases: " + "; ".join(others) + " (helm uninstall it)")
+
+
+@pytest.fixture
+def recorder(cluster: Cluster, namespace: str) -> Iterator[Recorder]:
+    """The test's own watch of its namespace's pods and jobs, from before anything happens."""
+    found = Recorder(cluster.api_client(), namespace).start()
+    yield found
+    found.stop()
+
+
+def operator_log(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""

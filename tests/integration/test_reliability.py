@@ -1,0 +1,209 @@
+"""What clusters do to an operator, on a real API server: quota and admission refusals, a
+training script that serves no progress, nodes that stop answering, a job recreated under
+the same name. Each must end in a clear status — never a loop, never a wrong restart."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.cluster import Cluster
+from tests.integration.jobs import Jobs, condition, generation_of, job
+from tests.support import wait_for
+
+pytestmark = pytest.mark.usefixtures("images", "operator")
+
+SLEEP = "exec sleep 3600"
+
+
+def test_quota_refusal_deletes_the_partial_group_and_retries_until_it_fits(jobs: Jobs) -> None:
+    jobs.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "pods"},
+                "spec": {"hard": {"pods": "2"}}})
+    jobs.apply(job("train", SLEEP, workers=3))
+    status = jobs.wait("train", "a QuotaExceeded condition",
+                       lambda s: s if (c := condition(s, "Running")) is not None
+                       and c["reason"] == "QuotaExceeded" else None)
+    message = condition(status, "Running")["message"]  # type: ignore[index]
+    assert "worker pods refused by quota" in message and "exceeded quota" in message
+    assert ("Warning", "QuotaExceeded") in {(t, r) for t, r, _ in jobs.events("train")}
+    # No partial group sits waiting for peers that will never come.
+    wait_for(lambda: len([p for p in jobs.pods("train")
+                          if "deletionTimestamp" not in p["metadata"]]) < 3, 30,
+             describe="the partial group to be deleted")
+    jobs.kubectl("patch", "resourcequota", "pods", "--type=merge",
+                 "-p", json.dumps({"spec": {"hard": {"pods": "10"}}}))
+    status = jobs.wait("train", "the whole group running", lambda s: s if s.get("phase") ==
+                       "Running" else None, timeout=120)
+    assert (status["restarts"], status["disruptions"]) == (0, 0)
+    assert "blockedSince" not in status
+
+
+def test_quota_that_never_frees_up_fails_at_the_startup_timeout(jobs: Jobs) -> None:
+    jobs.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "pods"},
+                "spec": {"hard": {"pods": "1"}}})
+    jobs.apply(job("train", SLEEP, workers=2, health={"startupTimeoutSeconds": 8}))
+    status = jobs.wait_phase("train", "Failed", timeout=90)
+    failed = condition(status, "Failed")
+    assert failed is not None and failed["reason"] == "StartupTimeout"
+    assert "refused by quota" in failed["message"]
+
+
+def test_an_admission_denial_fails_at_once_with_the_servers_words(
+    jobs: Jobs, cluster: Cluster
+) -> None:
+    cluster.kubectl("label", "namespace", jobs.namespace,
+                    "pod-security.kubernetes.io/enforce=restricted")
+    jobs.apply(job("train", SLEEP, workers=2))
+    status = jobs.wait_phase("train", "Failed")
+    failed = condition(status, "Failed")
+    assert failed is not None and failed["reason"] == "PodRefused"
+    assert "refused worker-0's pod" in failed["message"] and "PodSecurity" in failed["message"]
+    assert status["restarts"] == 0 and not jobs.pods("train")
+
+
+def test_a_script_without_a_progress_server_is_not_hung(jobs: Jobs) -> None:
+    """progressTimeoutSeconds set, but nothing serves /progress: detection is inactive and
+    says so; nothing restarts."""
+    jobs.apply(job("train", SLEEP, workers=2, health={"progressTimeoutSeconds": 4}))
+    status = jobs.wait("train", "ProgressReporting=False", lambda s: s if (
+        c := condition(s, "ProgressReporting")) is not None and c["status"] == "False" else None,
+        timeout=90)
+    reporting = condition(status, "ProgressReporting")
+    assert reporting is not None and reporting["reason"] == "NoProgressServer"
+    assert reporting["message"].startswith("hang detection is inactive: no worker of "
+                                           "generation 0 has answered GET /progress")
+    time.sleep(8)  # two more timeouts: still nothing may restart
+    status = jobs.status("train")
+    assert (status["phase"], status["restarts"], status["groupGeneration"]) == ("Running", 0, 0)
+
+
+def test_a_job_recreated_under_the_same_name_starts_afresh(jobs: Jobs) -> None:
+    jobs.apply(job("train", SLEEP, workers=2))
+    jobs.wait_running("train")
+    first = jobs.get("train")["metadata"]["uid"]  # type: ignore[index]
+    jobs.kubectl("delete", "mwj", "train", "--wait=false")
+    wait_for(lambda: jobs.get("train") is None, 30, describe="the job to go")
+    jobs.apply(job("train", SLEEP, workers=2))
+    status = jobs.wait_running("train")
+    assert (status["restarts"], status["disruptions"], status["groupGeneration"]) == (0, 0, 0)
+    second = jobs.get("train")["metadata"]["uid"]  # type: ignore[index]
+    wait_for(lambda: all(p["metadata"]["ownerReferences"][0]["uid"] == second
+                         for p in jobs.pods("train")), 60,
+             describe="only the new job's pods")
+    assert first != second
+
+
+# --- nodes that stop answering: Node objects of the test's own, with no kubelet ---
+
+
+class FakeNode:
+    """A Node with no kubelet: the test keeps its Lease renewed (so Kubernetes thinks it is
+    alive) and sets its Ready condition. Pods bound to it never run and never finish
+    terminating — exactly what a partitioned node looks like."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.name = f"mw-fake-{uuid.uuid4().hex[:6]}"
+        self.alive = threading.Event()
+        self.alive.set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._heartbeat, daemon=True)
+
+    def create(self) -> None:
+        node = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": self.name, "labels": {"mw-fake-node": self.name}}}
+        self.cluster.kubectl("apply", "-f", "-", input=json.dumps(node))
+        self.set_ready(True)
+        self._thread.start()
+
+    def set_ready(self, ready: bool) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        status = {"status": {
+            "capacity": {"cpu": "8", "memory": "16Gi", "pods": "20"},
+            "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "20"},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                            "reason": "KubeletReady" if ready else "TestPartition",
+                            "message": "ready" if ready else "the test cut this node off",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
+        self.cluster.kubectl("patch", "node", self.name, "--subresource=status",
+                             "--type=merge", "-p", json.dumps(status))
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(5):
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                     "metadata": {"name": self.name, "namespace": "kube-node-lease"},
+                     "spec": {"holderIdentity": self.name, "leaseDurationSeconds": 40,
+                              "renewTime": now}}
+            self.cluster.kubectl("apply", "-f", "-", input=json.dumps(lease), check=False)
+
+    def delete(self) -> None:
+        self._stop.set()
+        self.cluster.kubectl("delete", "node", self.name, "--wait=false", check=False)
+        self.cluster.kubectl("-n", "kube-node-lease", "delete", "lease", self.name,
+                             "--ignore-not-found", check=False)
+
+
+@pytest.fixture
+def fake_node(cluster: Cluster) -> Iterator[FakeNode]:
+    node = FakeNode(cluster)
+    node.create()
+    yield node
+    node.delete()
+
+
+def on_node(manifest: dict[str, object], node: FakeNode) -> dict[str, object]:
+    spec = manifest["spec"]["template"]["spec"]  # type: ignore[index]
+    spec["nodeSelector"] = {"mw-fake-node": node.name}
+    spec["terminationGracePeriodSeconds"] = 1
+    return manifest
+
+
+def test_a_lost_node_restarts_the_group_and_only_then_are_its_pods_force_deleted(
+    jobs: Jobs, fake_node: FakeNode,
+) -> None:
+    jobs.apply(on_node(job("train", SLEEP, workers=2, health={"nodeLostSeconds": 3}),
+                       fake_node))
+    wait_for(lambda: len([p for p in jobs.pods("train") if p["spec"].get("nodeName")]) == 2,
+             60, describe="both workers bound to the fake node")
+    # A user deletes a worker: on a live node its kubelet would stop it; here nobody does.
+    jobs.kubectl("delete", "pod", "train-worker-1", "--wait=false")
+    jobs.wait("train", "a restart for the deleted pod",
+              lambda s: s if s.get("groupGeneration") == 1 else None)
+    time.sleep(40)  # grace (1 s) + 30 s and more: the node is Ready, so no force-delete
+    stale = [p for p in jobs.pods("train") if generation_of(p) == 0]
+    assert len(stale) == 2 and all("deletionTimestamp" in p["metadata"] for p in stale)
+    assert "StalePodForceDeleted" not in {r for _, r, _ in jobs.events("train")}
+    running = condition(jobs.status("train"), "Running")
+    assert running is not None and "pods of an earlier generation to terminate" in \
+        running["message"]
+
+    fake_node.set_ready(False)  # the node is cut off
+    wait_for(lambda: not [p for p in jobs.pods("train") if generation_of(p) == 0], 90,
+             describe=lambda: f"the stale pods to be force-deleted\n{jobs.describe('train')}")
+    forced = [m for _, r, m in jobs.events("train") if r == "StalePodForceDeleted"]
+    assert forced and f"node {fake_node.name} is NotReady" in forced[0]
+    status = jobs.status("train")  # the next group may land on the dead node once more
+    assert status["disruptions"] >= 1 and status["restarts"] == 0
+
+
+def test_a_worker_on_a_node_gone_notready_restarts_the_group_as_a_disruption(
+    jobs: Jobs, fake_node: FakeNode,
+) -> None:
+    jobs.apply(on_node(job("train", SLEEP, workers=2, health={"nodeLostSeconds": 3}),
+                       fake_node))
+    wait_for(lambda: len([p for p in jobs.pods("train") if p["spec"].get("nodeName")]) == 2,
+             60, describe="both workers bound to the fake node")
+    fake_node.set_ready(False)
+    status = jobs.wait("train", "a NodeLost restart", lambda s: s if s.get("groupGeneration")
+                       == 1 else None, timeout=60)
+    assert (status["disruptions"], status["restarts"]) == (1, 0)
+    assert status["lastFailure"]["reason"] == "NodeLost"
+    assert f"lost its node: node {fake_node.name} is NotReady" in \
+        condition(status, "Restarting")["message"]  # type: ignore[index]

@@ -1,0 +1,60 @@
+"""The controller's bookkeeping around passes: our own status writes are read back at once
+and never mistaken for news; kopf is only the process runner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from multiworker.controller import Controller
+from multiworker.handlers import operator_settings
+from multiworker.informer import Store
+from multiworker.view import View
+
+from tests.unit.builders import NAMESPACE, job_body
+
+KEY = (NAMESPACE, "demo")
+
+
+def versioned(version: str, **status: Any) -> dict[str, Any]:
+    body = job_body()
+    body["metadata"]["resourceVersion"] = version
+    body["status"] = status
+    return body
+
+
+def test_a_pass_reads_our_own_write_until_the_cache_catches_up() -> None:
+    jobs = Store()
+    view = View(None, jobs, Store(), Store())  # type: ignore[arg-type]
+    jobs.put(versioned("5", groupGeneration=0))
+    view.remember_write(KEY, "5", versioned("6", groupGeneration=1))
+    cached = view.cached_job(*KEY)
+    assert cached is not None and cached["status"]["groupGeneration"] == 1  # ours, not stale
+    jobs.put(versioned("6", groupGeneration=1))  # the watch delivered our write
+    assert view.cached_job(*KEY)["status"]["groupGeneration"] == 1  # type: ignore[index]
+    assert KEY not in view.written
+    view.remember_write(KEY, "6", versioned("7", groupGeneration=2))
+    jobs.put(versioned("8", groupGeneration=5))  # someone else wrote after us: theirs wins
+    assert view.cached_job(*KEY)["status"]["groupGeneration"] == 5  # type: ignore[index]
+
+
+def test_the_event_of_our_own_write_wakes_nothing() -> None:
+    controller = Controller(None, ["ml"], None)  # type: ignore[arg-type]
+    controller.view.remember_write(KEY, "5", versioned("6"))
+    controller._on_job("MODIFIED", versioned("5"), versioned("6"))
+    assert len(controller.queue) == 0
+    controller._on_job("MODIFIED", versioned("6"), versioned("7"))  # a user's edit
+    assert len(controller.queue) == 1
+
+
+def test_a_job_per_namespace_is_counted_for_leader_election() -> None:
+    controller = Controller(None, ["ml"], None)  # type: ignore[arg-type]
+    controller._on_job("ADDED", None, versioned("1"))
+    assert controller._jobs_per_namespace == {NAMESPACE: 1}
+    controller._on_job("DELETED", versioned("1"), None)
+    assert controller._jobs_per_namespace == {}
+
+
+def test_kopf_only_runs_the_process() -> None:
+    settings = operator_settings()
+    assert settings.scanning.disabled and settings.peering.standalone
+    assert settings.posting.enabled is False

@@ -1,0 +1,51 @@
+"""One GPU product per group: which product a group goes to, and why it cannot go anywhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from multiworker.gpus import gpus_per_worker, place
+
+
+def node(product: str | None, gpus: int, ready: bool = True, cordoned: bool = False
+         ) -> dict[str, Any]:
+    labels = {"nvidia.com/gpu.product": product} if product else {}
+    return {"metadata": {"name": f"n-{product}-{gpus}", "labels": labels},
+            "spec": {"unschedulable": cordoned},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+A100 = [node("A100", 4), node("A100", 4)]  # holds 4 workers of 2 GPUs
+T4 = [node("T4", 8), node("T4", 8), node("T4", 4)]  # holds 10
+
+
+@pytest.mark.parametrize(("nodes", "workers", "gpus", "wanted", "product", "problem"), [
+    (A100 + T4, 4, 2, None, "T4", None),  # both fit: the one with more room
+    (A100 + T4, 10, 2, None, "T4", None),
+    (A100 + T4, 4, 2, "A100", "A100", None),  # the spec decides
+    (A100 + T4, 5, 2, "A100", "A100", "spec.gpuProduct A100: its Ready nodes hold 4 of 5"),
+    (A100 + T4, 11, 2, None, None, ("no single GPU product has room for 11 workers × 2 GPUs "
+                                   "(A100 holds 4, T4 holds 10)")),
+    ([node(None, 8)], 4, 2, None, None, None),  # no labels: nothing to keep apart
+    (A100 + T4, 4, 0, None, None, None),  # a CPU job goes anywhere
+    ([node("A100", 8, ready=False), node("T4", 2, cordoned=True), node("T4", 2)], 1, 2, None,
+     "T4", None),  # NotReady and cordoned nodes hold nothing
+])
+def test_place(nodes: list[dict[str, Any]], workers: int, gpus: int, wanted: str | None,
+               product: str | None, problem: str | None) -> None:
+    placement = place(nodes, workers, gpus, wanted)
+    assert placement.product == product
+    if problem is None:
+        assert placement.problem is None
+    else:
+        assert placement.problem is not None and placement.problem.startswith(problem)
+
+
+def test_gpus_per_worker_sums_containers_limits_or_requests() -> None:
+    template = {"spec": {"containers": [
+        {"name": "tensorflow", "resources": {"limits": {"nvidia.com/gpu": 2}}},
+        {"name": "side", "resources": {"requests": {"nvidia.com/gpu": "1"}}},
+        {"name": "plain"}]}}
+    assert gpus_per_worker(template) == 3

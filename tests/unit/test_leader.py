@@ -1,0 +1,143 @@
+"""Leader election: the pure rule, and two candidates against one in-memory Lease API."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+from multiworker.leader import Elector, Move, Sighting, decide
+
+Manifest = dict[str, Any]
+
+
+def lease(holder: str | None, version: str = "1", duration: int = 15) -> Manifest:
+    return {"metadata": {"name": "multiworker-operator", "namespace": "ns",
+                         "resourceVersion": version},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration,
+                     "renewTime": f"t{version}"}}
+
+
+def test_decide() -> None:
+    assert decide(None, "me", None, 0)[0] is Move.CREATE
+    assert decide(lease("me"), "me", None, 0)[0] is Move.RENEW
+    assert decide(lease(None), "me", None, 0)[0] is Move.TAKE_OVER
+    move, seen = decide(lease("other"), "me", None, 100)
+    assert move is Move.FOLLOW and seen == Sighting(("other", "t1", "1"), 100)
+    # The record did not change for the lease duration, by our own clock: take over.
+    assert decide(lease("other"), "me", seen, 114)[0] is Move.FOLLOW
+    assert decide(lease("other"), "me", seen, 115)[0] is Move.TAKE_OVER
+    # A renewal (a new record) restarts the wait, whatever the holder's clock says.
+    move, newer = decide(lease("other", version="2"), "me", seen, 114)
+    assert move is Move.FOLLOW and newer is not None and newer.changed_at == 114
+
+
+class LeaseAPI:
+    """Leases with optimistic concurrency, as the API server keeps them."""
+
+    def __init__(self) -> None:
+        self.leases: dict[str, Manifest] = {}
+        self.version = 0
+        self.down = False
+
+    def _stored(self, lease: Manifest) -> Manifest:
+        self.version += 1
+        stored = copy.deepcopy(lease)
+        stored["metadata"]["resourceVersion"] = str(self.version)
+        self.leases[lease["metadata"]["namespace"]] = stored
+        return copy.deepcopy(stored)
+
+    def get_lease(self, namespace: str, name: str) -> Manifest | None:
+        if self.down:
+            raise ConnectionError("api server down")
+        return copy.deepcopy(self.leases.get(namespace))
+
+    def create_lease(self, lease: Manifest) -> Manifest | None:
+        if lease["metadata"]["namespace"] in self.leases:
+            return None
+        return self._stored(lease)
+
+    def replace_lease(self, lease: Manifest) -> Manifest | None:
+        if self.down:
+            raise ConnectionError("api server down")
+        current = self.leases.get(lease["metadata"]["namespace"])
+        if current is None or current["metadata"]["resourceVersion"] != \
+                lease["metadata"].get("resourceVersion"):
+            return None
+        return self._stored(lease)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def electors(api: LeaseAPI, clock: Clock) -> tuple[Elector, Elector, list[tuple[str, str, bool]]]:
+    changes: list[tuple[str, str, bool]] = []
+    wall = lambda: datetime(2026, 1, 1, tzinfo=UTC)
+    a = Elector(api, "a", lambda ns, on: changes.append(("a", ns, on)), clock=clock,  # type: ignore[arg-type]
+                wall=wall)
+    b = Elector(api, "b", lambda ns, on: changes.append(("b", ns, on)), clock=clock,  # type: ignore[arg-type]
+                wall=wall)
+    a.want({"ns"})
+    b.want({"ns"})
+    return a, b, changes
+
+
+def test_exactly_one_leads_and_the_other_takes_over_after_the_duration() -> None:
+    api, clock = LeaseAPI(), Clock()
+    a, b, changes = electors(api, clock)
+    a.step("ns")
+    b.step("ns")
+    assert a.leads("ns") and not b.leads("ns") and changes == [("a", "ns", True)]
+    assert api.leases["ns"]["spec"]["holderIdentity"] == "a"
+    for _ in range(3):  # a renews every 5 s; b keeps seeing new records
+        clock.t += 5
+        a.step("ns")
+        b.step("ns")
+        assert a.leads("ns") and not b.leads("ns")
+    clock.t += 14  # a died (SIGKILL): no more renewals
+    b.step("ns")
+    assert not b.leads("ns")
+    clock.t += 1  # 15 s since b last saw the record change
+    b.step("ns")
+    assert b.leads("ns") and changes[-1] == ("b", "ns", True)
+    assert api.leases["ns"]["spec"]["leaseTransitions"] == 1
+
+
+def test_a_holder_that_cannot_renew_stops_acting_before_anyone_can_take_over() -> None:
+    api, clock = LeaseAPI(), Clock()
+    a, _, changes = electors(api, clock)
+    a.step("ns")
+    api.down = True
+    clock.t += 9
+    a.step("ns")
+    assert a.leads("ns")
+    clock.t += 1  # 10 s (the deadline) without a renewal; others wait 15 s
+    a.step("ns")
+    assert not a.leads("ns") and changes[-1] == ("a", "ns", False)
+
+
+def test_release_hands_the_lease_over_at_once() -> None:
+    api, clock = LeaseAPI(), Clock()
+    a, b, _ = electors(api, clock)
+    a.step("ns")
+    b.step("ns")
+    import asyncio
+    asyncio.run(a.release_all())
+    assert api.leases["ns"]["spec"]["holderIdentity"] is None
+    b.step("ns")
+    assert b.leads("ns")
+
+
+def test_a_namespace_without_jobs_is_let_go() -> None:
+    api, clock = LeaseAPI(), Clock()
+    a, _, changes = electors(api, clock)
+    a.step("ns")
+    a.want(set())
+    a.step("ns")
+    assert not a.leads("ns") and api.leases["ns"]["spec"]["holderIdentity"] is None
+    assert changes[-1] == ("a", "ns", False)

@@ -1,0 +1,139 @@
+"""The progress poller against real HTTP servers on loopback: pooled keep-alive connections,
+bounded reads of hostile answers, timeouts, the polling rate and when a pass is woken."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from aiohttp import web
+from multiworker.poller import MIN_SECONDS, Poller, poll_interval
+from multiworker.progress import BadReport, Report, Targets, parse_report
+
+from tests.unit.test_progress import raw
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@asynccontextmanager
+async def server(handler: Handler) -> AsyncIterator[tuple[int, list[int]]]:
+    """A /progress server on 127.0.0.1; yields its port and the peer ports it saw (one per
+    TCP connection)."""
+    peers: list[int] = []
+
+    async def counting(request: web.Request) -> web.StreamResponse:
+        peer = request.transport.get_extra_info("peername")[1] if request.transport else 0
+        if peer not in peers:
+            peers.append(peer)
+        return await handler(request)
+
+    app = web.Application()
+    app.router.add_get("/progress", counting)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield port, peers
+    finally:
+        await runner.cleanup()
+
+
+def poller(**kwargs: Any) -> Poller:
+    return Poller(notify=lambda key: None, clock=lambda: datetime.now(UTC), **kwargs)
+
+
+async def fetch(p: Poller, port: int, times: int = 1) -> list[bytes | None]:
+    import aiohttp
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=4), timeout=aiohttp.ClientTimeout(total=p.timeout),
+    ) as p._session:
+        found: list[bytes | None] = []
+        for _ in range(times):
+            found += await p.fetch_all([(0, "127.0.0.1")], port)
+        return found
+
+
+def test_reports_come_over_one_kept_alive_connection() -> None:
+    async def scenario() -> None:
+        async def ok(_: web.Request) -> web.Response:
+            return web.json_response(raw(step=7))
+        async with server(ok) as (port, peers):
+            bodies = await fetch(poller(), port, times=3)
+        assert all(isinstance(parse_report(b or b"", 0, 0), Report) for b in bodies)
+        assert len(peers) == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_huge_chunked_answer_is_read_only_so_far() -> None:
+    async def scenario() -> None:
+        sent = 0
+
+        async def huge(request: web.Request) -> web.StreamResponse:
+            nonlocal sent
+            response = web.StreamResponse()
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            try:
+                for _ in range(10_000):  # 640 MB if anyone read it all
+                    await response.write(b"[" * 65536)
+                    sent += 65536
+            except (ConnectionResetError, RuntimeError):
+                pass
+            return response
+        async with server(huge) as (port, _):
+            [body] = await fetch(poller(), port)
+        assert body is not None and len(body) == 64 * 1024 + 1
+        assert isinstance(parse_report(body, 0, 0), BadReport)
+        assert sent < 100 * 65536  # the server was cut off, not drained
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_worker_times_out_as_silent() -> None:
+    async def scenario() -> None:
+        async def slow(_: web.Request) -> web.Response:
+            await asyncio.sleep(5)
+            return web.json_response(raw())
+        async with server(slow) as (port, _):
+            assert await fetch(poller(timeout=0.3), port) == [None]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("timeout", "interval"), [
+    (None, 10.0), (5, MIN_SECONDS), (30, 6.0), (600, 10.0)])
+def test_the_rate_follows_the_hang_timeout(timeout: int | None, interval: float) -> None:
+    targets = Targets(0, 8471, ((0, "10.0.0.1"),), True, progress_timeout=timeout)
+    assert poll_interval(targets) == interval
+
+
+def test_the_loop_polls_a_job_and_wakes_its_pass_on_news() -> None:
+    async def scenario() -> None:
+        steps = iter(range(0, 1000, 10))
+
+        async def training(request: web.Request) -> web.Response:
+            return web.Response(body=json.dumps(raw(step=next(steps))).encode(),
+                                content_type="application/json")
+        woken: list[str] = []
+        p = Poller(notify=woken.append, clock=lambda: datetime.now(UTC), status_seconds=0.2)
+        async with server(training) as (port, _):
+            task = asyncio.create_task(p.run())
+            p.after_pass("job", Targets(0, port, ((0, "127.0.0.1"),), True), datetime.now(UTC))
+            for _ in range(100):
+                if woken:
+                    break
+                await asyncio.sleep(0.05)
+            task.cancel()
+        assert woken[:1] == ["job"]  # the group's first report is news at once
+        health = p.health("job")
+        assert health is not None and health.workers[0].report is not None
+
+    asyncio.run(scenario())

@@ -1,0 +1,131 @@
+"""The pure progress rules: the report schema, per-worker tracks and the group's progress."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from multiworker.progress import (
+    MAX_REPORT_BYTES,
+    BadReport,
+    GroupHealth,
+    Report,
+    Targets,
+    parse_report,
+    progress_key,
+    progress_of,
+    track,
+)
+
+from tests.unit.builders import at
+
+
+def raw(index: int = 0, step: int = 10, phase: str = "training", generation: int = 0,
+        **fields: Any) -> dict[str, Any]:
+    return {"workerIndex": index, "generation": generation, "phase": phase, "step": step,
+            "epoch": step // 10, "stepsPerSecond": 2.5, "loss": 0.25, "lastCheckpointStep": 10,
+            "restoredFromStep": 0, "updatedAt": 1767268800.5, **fields}
+
+
+def body(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+def report(index: int = 0, step: int = 10, phase: str = "training", **fields: Any) -> Report:
+    parsed = parse_report(body(raw(index, step, phase, **fields)), index, 0)
+    assert isinstance(parsed, Report)
+    return parsed
+
+
+TARGETS = Targets(generation=0, port=8471, workers=((0, "10.88.0.5"), (1, "10.88.0.6")),
+                  all_running=True, progress_timeout=20)
+
+
+def polls(*rounds: tuple[float, dict[int, Report | BadReport | None]],
+          targets: Targets = TARGETS) -> GroupHealth:
+    """Feed polls at the given seconds after T0; the tracks after the last."""
+    health: GroupHealth | None = None
+    for seconds, answers in rounds:
+        health = track(health, targets, answers, at(seconds))
+    assert health is not None
+    return health
+
+
+def test_parse_report_reads_the_contract() -> None:
+    r = report(step=63, restoredFromStep=40)
+    assert (r.step, r.epoch, r.steps_per_second, r.loss, r.restored_from_step) == (
+        63, 6, 2.5, 0.25, 40)
+    assert r.updated is not None and r.updated.isoformat() == "2026-01-01T12:00:00.500000+00:00"
+
+
+@pytest.mark.parametrize(("raw_body", "why"), [
+    (b"", "Invalid JSON"), (b"not json", "Invalid JSON"), (b"[]", "should be an object"),
+    (body({"workerIndex": 0}), "generation: Field required"),
+    (body(raw(index=1)), "from worker-1 of generation 0, not worker-0"),
+    (body(raw(generation=1)), "of generation 1, not worker-0 of generation 0"),
+    (body({**raw(), "step": "many"}), "step: Input should be a valid integer"),
+    (body({**raw(), "step": "12"}), "step: Input should be a valid integer"),  # strict types
+    (body({**raw(), "deep": [[[[[[]]]]]] * 3}), None),  # extra keys are ignored...
+    (b'{"x":' + b"[" * 5000 + b"]" * 5000 + b"}", "recursion limit"),  # ...but not unbounded
+    (b" " * (MAX_REPORT_BYTES + 1), "larger than 64 KiB"),
+], ids=["empty", "text", "list", "partial", "other worker", "other generation", "bad step",
+        "string step", "extra keys", "deep nesting", "too large"])
+def test_anything_else_is_a_bad_report_saying_why(raw_body: bytes, why: str | None) -> None:
+    parsed = parse_report(raw_body, 0, 0)
+    if why is None:
+        assert isinstance(parsed, Report)
+    else:
+        assert isinstance(parsed, BadReport) and why in parsed.reason, parsed
+
+
+def test_nan_loss_and_missing_times_are_dropped() -> None:
+    r = parse_report(body(raw(loss=float("nan"), updatedAt=None, stepsPerSecond=None)), 0, 0)
+    assert isinstance(r, Report) and (r.loss, r.updated, r.steps_per_second) == (None, None, None)
+
+
+def test_bad_reports_are_counted_and_do_not_advance() -> None:
+    health = polls((0, {0: report(step=5), 1: report(1, step=5)}),
+                   (3, {0: BadReport("larger than 64 KiB"), 1: report(1, step=6)}))
+    chief = health.workers[0]
+    assert (chief.bad_reports, chief.last_bad, chief.answering) == (1, "larger than 64 KiB", False)
+    assert chief.report is not None and chief.report.step == 5 and health.bad_reports == 1
+
+
+def test_a_worker_advances_on_new_steps_and_phases_only() -> None:
+    health = polls(
+        (0, {0: report(phase="waiting-for-peers", step=0), 1: None}),
+        (3, {0: report(phase="training", step=0), 1: report(1, step=0)}),
+        (6, {0: report(step=5), 1: report(1, step=0)}),
+        (9, {0: report(step=5), 1: None}),
+    )
+    chief, other = health.workers
+    assert chief.advanced_at == at(6) and chief.answering and chief.silent_since is None
+    assert other.advanced_at == at(3) and not other.answering and other.silent_since == at(9)
+    assert other.report is not None and other.report.step == 0  # the last answer is kept
+
+
+def test_a_new_generation_starts_afresh() -> None:
+    health = polls((0, {0: report(step=50), 1: report(1, step=50)}))
+    newer = Targets(generation=1, port=8471, workers=((0, "10.88.0.9"),), all_running=False)
+    health = track(health, newer, {0: None}, at(5))
+    assert health.generation == 1 and health.workers[0].report is None
+    assert health.running_since is None
+
+
+def test_progress_is_the_chiefs() -> None:
+    health = polls((0, {0: report(step=63, restoredFromStep=40), 1: report(1, step=64)}))
+    progress = progress_of(health)
+    assert progress is not None
+    assert (progress.step, progress.resumed_from_step, progress.last_checkpoint_step) == (
+        63, 40, 10)
+    assert progress_key(progress) == (63, 6, 10, 40)
+    assert progress_of(polls((0, {0: None, 1: report(1)}))) is None
+
+
+@pytest.mark.parametrize(("reported", "expected"),
+                         [(0.96875, 0.96875), (None, None), (float("nan"), None)])
+def test_accuracy_reaches_status_when_reported(reported: Any, expected: float | None) -> None:
+    answer = report(accuracy=reported) if reported is not None else report()
+    progress = progress_of(polls((0, {0: answer, 1: None})))
+    assert progress is not None and progress.accuracy == expected

@@ -1,0 +1,64 @@
+"""The work queue: one entry per key, never two passes of one key at once, delayed adds."""
+
+from __future__ import annotations
+
+import asyncio
+
+from multiworker.workqueue import WorkQueue, jittered
+
+
+def run(coro: object) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_a_key_is_queued_once_however_often_it_is_added() -> None:
+    async def scenario() -> None:
+        q: WorkQueue[str] = WorkQueue()
+        for key in ("a", "b", "a", "a"):
+            q.add(key)
+        assert [await q.get(), await q.get()] == ["a", "b"] and len(q) == 0
+
+    run(scenario())
+
+
+def test_a_key_added_during_its_pass_is_handed_out_only_after_done() -> None:
+    async def scenario() -> None:
+        q: WorkQueue[str] = WorkQueue()
+        q.add("job")
+        assert await q.get() == "job"
+        q.add("job")  # an event while the pass runs
+        q.add("other")
+        assert await q.get() == "other"  # never "job" twice at once
+        getting = asyncio.create_task(q.get())
+        await asyncio.sleep(0.01)
+        assert not getting.done()
+        q.done("job")
+        assert await asyncio.wait_for(getting, 1) == "job"
+
+    run(scenario())
+
+
+def test_delayed_adds_keep_the_earliest_time_and_an_add_now_wins() -> None:
+    async def scenario() -> None:
+        q: WorkQueue[str] = WorkQueue()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        q.add_after("late", 0.2)
+        q.add_after("late", 5)  # later than what is pending: ignored
+        q.add_after("soon", 0.05)
+        assert await q.get() == "soon"
+        assert await q.get() == "late"
+        assert 0.15 < loop.time() - start < 2
+        q.done("late")
+        q.add_after("x", 10)
+        q.add("x")
+        assert await asyncio.wait_for(q.get(), 1) == "x"
+        q.done("x")
+        assert len(q) == 0  # the pending timer went with the immediate add
+
+    run(scenario())
+
+
+def test_jitter_spreads_within_bounds() -> None:
+    values = {round(jittered(100), 3) for _ in range(50)}
+    assert len(values) > 10 and all(90 <= v <= 110 for v in values)

@@ -24,7 +24,13 @@ def kwok_job(name: str, workers: int, **spec: Any) -> Obj:
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "MultiWorkerJob",
         "metadata": {"name": name},
         "spec": {"workers": workers,
-                 "template": {"spec": {**KWOK_PLACEMENT, "containers": [container]}},
+                 "template": {"spec": {**KWOK_PLACEMENT, "containers": [container],
+                                       # Deleted at once, never terminating: kwok v0.8
+                                       # finishes a terminating pod's deletion by name, with
+                                       # no uid precondition, and a late retry of it deleted
+                                       # the next generation's pod of the same name (seen in
+                                       # CI; a kubelet deletes by uid).
+                                       "terminationGracePeriodSeconds": 0}},
                  **spec},
     }
 

@@ -30,11 +30,13 @@ run: venv ## cluster, images, helm install, then the example job followed until 
 binaries: ## build the pinned Kubernetes, CoreDNS, helm and kind binaries (cached by version)
 	hack/cluster/build-binaries.sh
 
-cluster-up: ## bring up the local real cluster (.cluster/kubeconfig)
-	hack/cluster/up.sh
+cluster-up: ## bring up the cluster: CLUSTER=local (.cluster/kubeconfig) or kind (.cluster/kind-kubeconfig)
+	case "$(CLUSTER)" in local) hack/cluster/up.sh ;; kind) hack/kind/up.sh ;; \
+	  *) echo "CLUSTER must be local or kind, not '$(CLUSTER)'" >&2; exit 2 ;; esac
 
-cluster-down: ## stop the local cluster (caches stay)
-	hack/cluster/down.sh
+cluster-down: ## stop the cluster of CLUSTER=local|kind (caches stay; kind: stops the dockerd it started)
+	case "$(CLUSTER)" in local) hack/cluster/down.sh ;; kind) hack/kind/down.sh ;; \
+	  *) echo "CLUSTER must be local or kind, not '$(CLUSTER)'" >&2; exit 2 ;; esac
 
 images: ## build the images offline (cached by content)
 	hack/images/build.sh all

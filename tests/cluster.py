@@ -1,17 +1,20 @@
 """Which Kubernetes cluster the integration and e2e tiers run against, and how to reach it.
 
-`CLUSTER=local` (default) brings up the built-in real cluster (hack/cluster/up.sh),
-`CLUSTER=kind` creates a kind cluster (needs Docker), `CLUSTER=existing` uses `$KUBECONFIG`.
+`CLUSTER=local` (default) brings up the built-in real cluster (hack/cluster/up.sh, one node),
+`CLUSTER=kind` the kind cluster (hack/kind/up.sh: a control plane and two workers; it starts
+a private Docker engine when none answers), `CLUSTER=existing` uses `$KUBECONFIG`.
 Only cluster creation and image loading differ between them; every test is shared.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.support import wait_for
 
@@ -19,6 +22,10 @@ REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("MW_CACHE", Path.home() / ".cache" / "multiworker"))
 BIN = CACHE / "bin"
 KIND_CLUSTER_NAME = "multiworker"
+KIND_ENV = REPO / ".cluster" / "kind.env"
+# Where hostPath volumes are visible to every node: the local cluster has one node, kind
+# mounts one host directory into all of them (hack/kind/up.sh); elsewhere nothing is shared.
+LOCAL_SHARED_DIR = "/var/lib/multiworker"
 
 
 @dataclass
@@ -26,13 +33,18 @@ class Cluster:
     kind: str
     kubeconfig: Path
     env: dict[str, str] = field(default_factory=dict)
+    shared_dir: str | None = None  # a node path every node sees the same files under
 
     @classmethod
-    def for_kind(cls, kind: str, kubeconfig: Path) -> Cluster:
+    def for_kind(
+        cls, kind: str, kubeconfig: Path, extra_env: dict[str, str] | None = None,
+        shared_dir: str | None = None,
+    ) -> Cluster:
         env = dict(os.environ)
+        env.update(extra_env or {})
         env["KUBECONFIG"] = str(kubeconfig)
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-        return cls(kind=kind, kubeconfig=kubeconfig, env=env)
+        return cls(kind=kind, kubeconfig=kubeconfig, env=env, shared_dir=shared_dir)
 
     def kubectl(
         self,
@@ -42,14 +54,24 @@ class Cluster:
         timeout: float = 120,
     ) -> subprocess.CompletedProcess[str]:
         """Run kubectl against this cluster; on failure the error names the command and stderr."""
-        cmd = [self.kubectl_path(), *args]
+        return self._run([self.kubectl_path(), *args], input=input, check=check, timeout=timeout)
+
+    def docker(self, *args: str, check: bool = True,
+               timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run docker against the engine that holds the kind nodes (kind clusters only)."""
+        assert self.kind == "kind", f"docker {' '.join(args)}: the {self.kind} cluster has no nodes in Docker"
+        return self._run(["docker", *args], check=check, timeout=timeout)
+
+    def _run(self, cmd: list[str], input: str | None = None, check: bool = True,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             cmd, input=input, capture_output=True, text=True, env=self.env, timeout=timeout,
             check=False,
         )
         if check and proc.returncode != 0:
             raise AssertionError(
-                f"kubectl {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}{proc.stdout}"
+                f"{Path(cmd[0]).name} {' '.join(cmd[1:])} exited {proc.returncode}:\n"
+                f"{proc.stderr}{proc.stdout}"
             )
         return proc
 
@@ -75,20 +97,47 @@ class Cluster:
 
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
+    def nodes(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(
+            self.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+        return items
 
-def run_script(*args: str) -> None:
+    def schedulable_workers(self) -> list[str]:
+        """Names of the nodes ordinary pods may land on (no NoSchedule taint, not cordoned)."""
+        def schedulable(node: dict[str, Any]) -> bool:
+            spec = node.get("spec", {})
+            taints = [t for t in spec.get("taints", []) if t.get("effect") == "NoSchedule"]
+            return not spec.get("unschedulable") and not taints
+        return sorted(n["metadata"]["name"] for n in self.nodes() if schedulable(n))
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines (optionally `export`ed, '#' comments), as hack/kind/up.sh writes them."""
+    values = {}
+    for line in path.read_text().splitlines():
+        line = line.strip().removeprefix("export ").strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            values[key] = value
+    return values
+
+
+def run_script(*args: str, env: dict[str, str] | None = None) -> None:
     """Run a repo script, streaming its output (bring-up logs help when CI goes red)."""
-    subprocess.run([str(REPO / args[0]), *args[1:]], check=True, cwd=REPO)
+    subprocess.run([str(REPO / args[0]), *args[1:]], check=True, cwd=REPO, env=env)
 
 
 def provision(kind: str) -> Cluster:
     """Return a reachable cluster of the requested kind, creating it when needed."""
     if kind == "local":
         run_script("hack/cluster/up.sh")  # idempotent: seconds when already up
-        return Cluster.for_kind("local", REPO / ".cluster" / "kubeconfig")
+        return Cluster.for_kind("local", REPO / ".cluster" / "kubeconfig",
+                                shared_dir=LOCAL_SHARED_DIR)
     if kind == "kind":
-        run_script("hack/kind/up.sh")
-        return Cluster.for_kind("kind", REPO / ".cluster" / "kind-kubeconfig")
+        run_script("hack/kind/up.sh")  # idempotent: seconds when already up
+        env = read_env_file(KIND_ENV)
+        return Cluster.for_kind("kind", Path(env["KUBECONFIG"]), extra_env=env,
+                                shared_dir=env["MW_KIND_SHARED_DIR"])
     if kind == "existing":
         path = os.environ.get("KUBECONFIG")
         if not path:
@@ -103,6 +152,6 @@ def load_images(cluster: Cluster, names: list[str]) -> None:
         return  # the user's cluster pulls from wherever its images were pushed
     run_script("hack/images/build.sh", *names)
     if cluster.kind == "kind":
-        run_script("hack/images/load.sh", "--kind", KIND_CLUSTER_NAME, *names)
+        run_script("hack/images/load.sh", "--kind", KIND_CLUSTER_NAME, *names, env=cluster.env)
     else:
         run_script("hack/images/load.sh", *names)

@@ -163,7 +163,8 @@ def test_delete_removes_everything_the_job_owns(jobs: Jobs) -> None:
 def test_unschedulable_worker_fails_after_the_startup_timeout(jobs: Jobs) -> None:
     manifest = job("train", SLEEP, workers=2, health={"startupTimeoutSeconds": 3})
     container = manifest["spec"]["template"]["spec"]["containers"][0]
-    container["resources"] = {"limits": {"nvidia.com/gpu": 3}}  # 2 x 3 > the node's 4
+    most = max(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in jobs.cluster.nodes())
+    container["resources"] = {"limits": {"nvidia.com/gpu": most + 1}}  # more than any node has
     jobs.apply(manifest)
     status = jobs.wait_phase("train", "Failed")
     failed = condition(status, "Failed")
@@ -186,13 +187,14 @@ def test_pod_the_api_server_rejects_fails_the_job(jobs: Jobs) -> None:
 def test_checkpoint_volume_survives_a_group_restart(jobs: Jobs) -> None:
     """Every generation mounts the same claim: what generation 0 wrote, generation 1 reads."""
     volume = f"mwj-{jobs.namespace}"[:63]
+    shared = jobs.cluster.shared_dir or "/tmp"  # seen alike by every node (kind: on several)
     claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "ckpt"},
              "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
                       "volumeName": volume, "resources": {"requests": {"storage": "1Mi"}}}}
     pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
           "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteMany"],
                    "storageClassName": "", "persistentVolumeReclaimPolicy": "Delete",
-                   "hostPath": {"path": f"/tmp/{volume}", "type": "DirectoryOrCreate"}}}
+                   "hostPath": {"path": f"{shared}/{volume}", "type": "DirectoryOrCreate"}}}
     script = """
         mkdir -p "$MWJ_CHECKPOINT_DIR"
         echo "generation $MWJ_RESTART_COUNT worker $MWJ_WORKER_INDEX" >> "$MWJ_CHECKPOINT_DIR/log"

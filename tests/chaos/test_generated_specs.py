@@ -88,14 +88,16 @@ class Campaign:
         read: dict[str, tuple[float, str]] = {}  # done as read by GET: when, phase
 
         def waiting() -> list[str]:
-            live = {e.name: e for e in self.recorder.live_jobs().values()}
-            late = [n for n in self.pending if n not in read
-                    and (live.get(n) is None or not done(live[n]))]
+            _, history = self.recorder.snapshot()
+            seen_done = {e.name for e in history if done(e)}
+            late = [n for n in self.pending if n not in read and n not in seen_done]
             for name in late:
                 if time.monotonic() - self.pending[name] > 10:
-                    job = self.rest.request("GET", jobs_path(self.namespace, name)).body
-                    event = to_event("GET", job, time.monotonic())
-                    if done(event):
+                    answer = self.rest.request("GET", jobs_path(self.namespace, name))
+                    if answer.status == 404:  # finished and deleted (ttlSecondsAfterFinished)
+                        read[name] = (time.monotonic(), "Deleted")
+                    elif answer.ok and done(event := to_event("GET", answer.body,
+                                                              time.monotonic())):
                         read[name] = (event.at, event.phase)
             return [n for n in late if n not in read]
 
@@ -111,7 +113,7 @@ class Campaign:
             at, phase = first.get(name) or read[name]
             self.first_status.append(at - applied)
             self.phases[phase] += 1
-            self.rest.call("DELETE", jobs_path(self.namespace, name))
+            self.rest.request("DELETE", jobs_path(self.namespace, name))  # 404: TTL did it
         self.pending.clear()
 
 

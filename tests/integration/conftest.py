@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import REPO, Cluster
+from tests.integration.fake_nodes import FakeNode
 from tests.integration.jobs import Jobs
 from tests.integration.rbac import chart_identity
 from tests.support import wait_for
@@ -154,3 +155,12 @@ def operator(
 @pytest.fixture
 def jobs(cluster: Cluster, namespace: str, crds: None) -> Jobs:
     return Jobs(cluster, namespace)
+
+
+@pytest.fixture
+def fake_node(cluster: Cluster) -> Iterator[FakeNode]:
+    """A Ready node with no kubelet (fake_nodes.py), deleted afterwards."""
+    node = FakeNode(cluster)
+    node.create()
+    yield node
+    node.delete()

@@ -5,15 +5,12 @@ the same name. Each must end in a clear status — never a loop, never a wrong r
 from __future__ import annotations
 
 import json
-import threading
 import time
-import uuid
-from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 
 from tests.cluster import Cluster
+from tests.integration.fake_nodes import FakeNode
 from tests.integration.jobs import Jobs, condition, generation_of, job
 from tests.support import wait_for
 
@@ -102,62 +99,6 @@ def test_a_job_recreated_under_the_same_name_starts_afresh(jobs: Jobs) -> None:
 # --- nodes that stop answering: Node objects of the test's own, with no kubelet ---
 
 
-class FakeNode:
-    """A Node with no kubelet: the test keeps its Lease renewed (so Kubernetes thinks it is
-    alive) and sets its Ready condition. Pods bound to it never run and never finish
-    terminating — exactly what a partitioned node looks like."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.name = f"mw-fake-{uuid.uuid4().hex[:6]}"
-        self.alive = threading.Event()
-        self.alive.set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._heartbeat, daemon=True)
-
-    def create(self) -> None:
-        node = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": self.name, "labels": {"mw-fake-node": self.name}}}
-        self.cluster.kubectl("apply", "-f", "-", input=json.dumps(node))
-        self.set_ready(True)
-        self._thread.start()
-
-    def set_ready(self, ready: bool) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        status = {"status": {
-            "capacity": {"cpu": "8", "memory": "16Gi", "pods": "20"},
-            "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "20"},
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                            "reason": "KubeletReady" if ready else "TestPartition",
-                            "message": "ready" if ready else "the test cut this node off",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
-        self.cluster.kubectl("patch", "node", self.name, "--subresource=status",
-                             "--type=merge", "-p", json.dumps(status))
-
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(5):
-            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                     "metadata": {"name": self.name, "namespace": "kube-node-lease"},
-                     "spec": {"holderIdentity": self.name, "leaseDurationSeconds": 40,
-                              "renewTime": now}}
-            self.cluster.kubectl("apply", "-f", "-", input=json.dumps(lease), check=False)
-
-    def delete(self) -> None:
-        self._stop.set()
-        self.cluster.kubectl("delete", "node", self.name, "--wait=false", check=False)
-        self.cluster.kubectl("-n", "kube-node-lease", "delete", "lease", self.name,
-                             "--ignore-not-found", check=False)
-
-
-@pytest.fixture
-def fake_node(cluster: Cluster) -> Iterator[FakeNode]:
-    node = FakeNode(cluster)
-    node.create()
-    yield node
-    node.delete()
-
-
 def on_node(manifest: dict[str, object], node: FakeNode) -> dict[str, object]:
     spec = manifest["spec"]["template"]["spec"]  # type: ignore[index]
     spec["nodeSelector"] = {"mw-fake-node": node.name}
@@ -187,8 +128,11 @@ def test_a_lost_node_restarts_the_group_and_only_then_are_its_pods_force_deleted
     fake_node.set_ready(False)  # the node is cut off
     wait_for(lambda: not [p for p in jobs.pods("train") if generation_of(p) == 0], 90,
              describe=lambda: f"the stale pods to be force-deleted\n{jobs.describe('train')}")
-    forced = [m for _, r, m in jobs.events("train") if r == "StalePodForceDeleted"]
-    assert forced and f"node {fake_node.name} is NotReady" in forced[0]
+    # The Event follows the force-delete: poll for it.
+    forced = wait_for(lambda: [m for _, r, m in jobs.events("train")
+                               if r == "StalePodForceDeleted"], 30,
+                      describe="a StalePodForceDeleted Event")
+    assert f"node {fake_node.name} is NotReady" in forced[0]
     status = jobs.status("train")  # the next group may land on the dead node once more
     assert status["disruptions"] >= 1 and status["restarts"] == 0
 

@@ -23,14 +23,14 @@ start_component() {
         --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
         --kubelet-preferred-address-types InternalIP --enable-admission-plugins NodeRestriction ;;
     kube-controller-manager)
-      start kube-controller-manager kube-controller-manager --kubeconfig "$state/controller-manager.kubeconfig" \
+      start_always kube-controller-manager kube-controller-manager --kubeconfig "$state/controller-manager.kubeconfig" \
         --authentication-kubeconfig "$state/controller-manager.kubeconfig" \
         --authorization-kubeconfig "$state/controller-manager.kubeconfig" \
         --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
         --use-service-account-credentials --leader-elect=false --bind-address 127.0.0.1 \
         --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" ;;
     kube-scheduler)
-      start kube-scheduler kube-scheduler --kubeconfig "$state/scheduler.kubeconfig" \
+      start_always kube-scheduler kube-scheduler --kubeconfig "$state/scheduler.kubeconfig" \
         --authentication-kubeconfig "$state/scheduler.kubeconfig" \
         --authorization-kubeconfig "$state/scheduler.kubeconfig" \
         --leader-elect=false --bind-address 127.0.0.1 ;;

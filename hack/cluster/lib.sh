@@ -65,4 +65,15 @@ start() {
   echo $! > "$state/pids/$name.pid"
 }
 
+# start_always NAME COMMAND...: `start`, and start COMMAND again whenever it exits — what the
+# kubelet does for a real cluster's static control-plane pods. kube-scheduler exits by design
+# when its cache turns inconsistent (seen after the API server was SIGKILLed mid-binding),
+# and a cluster without a scheduler would hang every later test. Stopping the recorded PID's
+# process group (down.sh, restart.sh) stops the loop and the command together.
+start_always() {
+  local name=$1; shift
+  # shellcheck disable=SC2016  # expanded by the inner sh
+  start "$name" sh -c 'while :; do "$@"; echo "[cluster] $1 exited $?: starting it again in 1s"; sleep 1; done' sh "$@"
+}
+
 kc() { kubectl --kubeconfig "$kubeconfig" "$@"; }

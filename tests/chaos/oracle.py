@@ -242,5 +242,10 @@ def names(message: str, path: str) -> bool:
     # Server-side apply's typed-patch notation for an item of a list map that lacks its key:
     # `.spec.template.spec.containers: element 1: ... omits all key fields ["name"]`.
     item = re.match(r"(.*)\[(\d+)\]\.([^.\[]+)$", path)
-    return item is not None and f"{item[1]}: element {item[2]}" in message \
-        and f'"{item[3]}"' in message
+    if item is not None and f"{item[1]}: element {item[2]}" in message \
+            and f'"{item[3]}"' in message:
+        return True
+    # ... and for a duplicate in a set, the set and the value: `.spec.x[7].values: duplicate
+    # entries for key [=120]`.
+    member = re.match(r"(.*)\[\d+\]$", path)
+    return member is not None and f"{member[1]}: duplicate entries" in message

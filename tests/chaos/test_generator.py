@@ -91,6 +91,10 @@ SSA_MISSING_KEY = (".spec.template.spec.containers: element 1: associative list 
     (SSA_MISSING_KEY, "spec.template.spec.containers[2].name", False),
     (SSA_MISSING_KEY, "spec.template.spec.containers[1].image", False),
     ("spec.suspend: Invalid value", "spec.workers", False),
+    (".spec.restartPolicy.onExitCodes[7].values: duplicate entries for key [=120]",
+     "spec.restartPolicy.onExitCodes[7].values[11]", True),
+    (".spec.restartPolicy.onExitCodes[7].values: duplicate entries for key [=120]",
+     "spec.restartPolicy.onExitCodes[6].values[11]", False),
 ])
 def test_a_refusal_names_the_field_in_any_notation_the_api_server_uses(
     message: str, path: str, named: bool

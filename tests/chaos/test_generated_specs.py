@@ -36,9 +36,18 @@ BATCH = 50
 STEADY = ("Running", "Suspended", "Succeeded", "Failed")
 
 
+# Why the operator may hold a group back before creating it, saying so in the Running
+# condition (creation.py): the job is reconciled, and waits for the cluster to change.
+HELD_BACK = ("GangSchedulingUnavailable", "NoGpuProductWithRoom", "QuotaExceeded")
+
+
 def done(job: Event) -> bool:
-    """Steady, or its group created and waiting (for a claim, a node, an image)."""
-    return job.phase in STEADY or bool(job.phase and job.status.get("groupStartTime"))
+    """Steady, or its group created and waiting (for a claim, a node, an image), or held back
+    with the reason in its Running condition (no PodGroup API, no GPU product with room)."""
+    running = next((c for c in job.status.get("conditions") or []
+                    if c.get("type") == "Running"), {})
+    return job.phase in STEADY or bool(job.phase and job.status.get("groupStartTime")) \
+        or (running.get("status") == "False" and running.get("reason") in HELD_BACK)
 
 
 @dataclass

@@ -232,20 +232,24 @@ def repair(job: Obj) -> None:
         rule.repair(job)
 
 
+def _pattern(path: str) -> str:
+    """A regex for `path` (`a.b[0].c`) in which a list item may be named by index or, in
+    server-side apply's notation, by its value or key (`b[=5]`, `b[name="x"]`)."""
+    return r"\[[^\]]*\]".join(re.escape(p) for p in re.split(r"\[\d+\]", path))
+
+
 def names(message: str, path: str) -> bool:
-    """Whether the API server's message names the field at `path` (`a.b[0].c`). A list item
-    may be named by index or, in server-side apply's notation, by its value or key (`b[=5]`,
-    `b[name="x"]`)."""
-    parts = re.split(r"\[\d+\]", path)
-    if re.search(r"\[[^\]]*\]".join(re.escape(p) for p in parts), message):
+    """Whether the API server's message names the field at `path` (`a.b[0].c`)."""
+    if re.search(_pattern(path), message):
         return True
     # Server-side apply's typed-patch notation for an item of a list map that lacks its key:
     # `.spec.template.spec.containers: element 1: ... omits all key fields ["name"]`.
     item = re.match(r"(.*)\[(\d+)\]\.([^.\[]+)$", path)
-    if item is not None and f"{item[1]}: element {item[2]}" in message \
+    if item is not None and re.search(f"{_pattern(item[1])}: element {item[2]}:", message) \
             and f'"{item[3]}"' in message:
         return True
     # ... and for a duplicate in a set, the set and the value: `.spec.x[7].values: duplicate
     # entries for key [=120]`.
     member = re.match(r"(.*)\[\d+\]$", path)
-    return member is not None and f"{member[1]}: duplicate entries" in message
+    return member is not None and \
+        re.search(f"{_pattern(member[1])}: duplicate entries", message) is not None

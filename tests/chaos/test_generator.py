@@ -95,6 +95,9 @@ SSA_MISSING_KEY = (".spec.template.spec.containers: element 1: associative list 
      "spec.restartPolicy.onExitCodes[7].values[11]", True),
     (".spec.restartPolicy.onExitCodes[7].values: duplicate entries for key [=120]",
      "spec.restartPolicy.onExitCodes[6].values[11]", False),
+    (('.spec.template.spec.containers[name="tensorflow"].env: element 0: associative list with '
+     'keys has an element that omits all key fields ["name"]'),
+     "spec.template.spec.containers[0].env[0].name", True),
 ])
 def test_a_refusal_names_the_field_in_any_notation_the_api_server_uses(
     message: str, path: str, named: bool

@@ -242,11 +242,12 @@ def names(message: str, path: str) -> bool:
     """Whether the API server's message names the field at `path` (`a.b[0].c`)."""
     if re.search(_pattern(path), message):
         return True
-    # Server-side apply's typed-patch notation for an item of a list map that lacks its key:
-    # `.spec.template.spec.containers: element 1: ... omits all key fields ["name"]`.
-    item = re.match(r"(.*)\[(\d+)\]\.([^.\[]+)$", path)
+    # Server-side apply's typed-patch notation for an item of a list map: `.spec.template.spec
+    # .containers: element 1: ... omits all key fields ["name"]` (a field of the item), or
+    # `... env: element 0: associative list with keys may not have non-map elements` (itself).
+    item = re.match(r"(.*)\[(\d+)\](?:\.([^.\[]+))?$", path)
     if item is not None and re.search(f"{_pattern(item[1])}: element {item[2]}:", message) \
-            and f'"{item[3]}"' in message:
+            and (item[3] is None or f'"{item[3]}"' in message):
         return True
     # ... and for a duplicate in a set, the set and the value: `.spec.x[7].values: duplicate
     # entries for key [=120]`.

@@ -94,7 +94,11 @@ SSA_MISSING_KEY = (".spec.template.spec.containers: element 1: associative list 
     (".spec.restartPolicy.onExitCodes[7].values: duplicate entries for key [=120]",
      "spec.restartPolicy.onExitCodes[7].values[11]", True),
     (".spec.restartPolicy.onExitCodes[7].values: duplicate entries for key [=120]",
-     "spec.restartPolicy.onExitCodes[6].values[11]", False),
+     "spec.restartPolicy.onExitCodes[6].codes[11]", False),
+    ((".spec.template.spec.containers[name=\"tensorflow\"].env: element 0: associative list "
+     "with keys may not have non-map elements"), "spec.template.spec.containers[0].env[0]", True),
+    ((".spec.template.spec.containers[name=\"tensorflow\"].env: element 0: associative list "
+     "with keys may not have non-map elements"), "spec.template.spec.containers[0].env[1]", False),
     (('.spec.template.spec.containers[name="tensorflow"].env: element 0: associative list with '
      'keys has an element that omits all key fields ["name"]'),
      "spec.template.spec.containers[0].env[0].name", True),

@@ -78,10 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--settle", type=float, default=10, help="wait after all Running, seconds")
     p.add_argument("--baseline", type=float, default=30, help="baseline window, seconds")
     p.add_argument("--canaries", type=int, default=20, help="scale: jobs failed during restart")
-    p.add_argument("--grace", type=int, default=0,
-                   help="terminationGracePeriodSeconds (default 0: kwok v0.8 finishes a "
-                        "terminating pod's deletion by name, and a late retry deletes the next "
-                        "generation's pod of the same name)")
+    p.add_argument("--grace", type=int, default=1, help="terminationGracePeriodSeconds")
     p.add_argument("--backoff", type=int, default=0,
                    help="multiworker restartPolicy.backoffSeconds (TFJob has none)")
     p.add_argument("--gpus-per-node", type=int, default=100, help="fake nodes (<= 110 pods)")

@@ -25,11 +25,13 @@ def kwok_job(name: str, workers: int, **spec: Any) -> Obj:
         "metadata": {"name": name},
         "spec": {"workers": workers,
                  "template": {"spec": {**KWOK_PLACEMENT, "containers": [container],
-                                       # Deleted at once, never terminating: kwok v0.8
-                                       # finishes a terminating pod's deletion by name, with
-                                       # no uid precondition, and a late retry of it deleted
-                                       # the next generation's pod of the same name (seen in
-                                       # CI; a kubelet deletes by uid).
+                                       # kwok v0.8 finishes a terminating pod's deletion
+                                       # by name, with no uid precondition, and a late retry
+                                       # deleted the next generation's pod of the same name
+                                       # (seen in CI; a kubelet deletes by uid). With no
+                                       # grace period that window is much shorter (clean
+                                       # since), not gone: the bench's fail case still hits
+                                       # it with 64 pods.
                                        "terminationGracePeriodSeconds": 0}},
                  **spec},
     }

@@ -106,13 +106,17 @@ def on_node(manifest: dict[str, object], node: FakeNode) -> dict[str, object]:
     return manifest
 
 
+def train_on(jobs: Jobs, node: FakeNode) -> None:
+    """Job `train`: two workers bound to `node` (lost after 3 s of NotReady)."""
+    jobs.apply(on_node(job("train", SLEEP, workers=2, health={"nodeLostSeconds": 3}), node))
+    wait_for(lambda: len([p for p in jobs.pods("train") if p["spec"].get("nodeName")]) == 2,
+             60, describe="both workers bound to the fake node")
+
+
 def test_a_lost_node_restarts_the_group_and_only_then_are_its_pods_force_deleted(
     jobs: Jobs, fake_node: FakeNode,
 ) -> None:
-    jobs.apply(on_node(job("train", SLEEP, workers=2, health={"nodeLostSeconds": 3}),
-                       fake_node))
-    wait_for(lambda: len([p for p in jobs.pods("train") if p["spec"].get("nodeName")]) == 2,
-             60, describe="both workers bound to the fake node")
+    train_on(jobs, fake_node)
     # A user deletes a worker: on a live node its kubelet would stop it; here nobody does.
     jobs.kubectl("delete", "pod", "train-worker-1", "--wait=false")
     jobs.wait("train", "a restart for the deleted pod",
@@ -140,10 +144,7 @@ def test_a_lost_node_restarts_the_group_and_only_then_are_its_pods_force_deleted
 def test_a_worker_on_a_node_gone_notready_restarts_the_group_as_a_disruption(
     jobs: Jobs, fake_node: FakeNode,
 ) -> None:
-    jobs.apply(on_node(job("train", SLEEP, workers=2, health={"nodeLostSeconds": 3}),
-                       fake_node))
-    wait_for(lambda: len([p for p in jobs.pods("train") if p["spec"].get("nodeName")]) == 2,
-             60, describe="both workers bound to the fake node")
+    train_on(jobs, fake_node)
     fake_node.set_ready(False)
     status = jobs.wait("train", "a NodeLost restart", lambda s: s if s.get("groupGeneration")
                        == 1 else None, timeout=60)

@@ -6,17 +6,9 @@ source "$(dirname "$0")/lib.sh"
 quiet=${1:-}
 say() { [ "$quiet" = --quiet ] || log "$@"; }
 
-stop() { # NAME: SIGTERM, then SIGKILL after 10s
-  local f=$state/pids/$1.pid pid
-  [ -f "$f" ] || return 0
-  pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
-    say "stopping $1 ($pid)"
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
-  fi
-  rm -f "$f"
+stop() { # NAME
+  is_running "$1" && say "stopping $1 ($(cat "$state/pids/$1.pid"))"
+  stop_process "$1"
 }
 
 # Let the kubelet tear pods down through CRI (that also releases their network).

@@ -70,6 +70,17 @@ start() {
 # when its cache turns inconsistent (seen after the API server was SIGKILLed mid-binding),
 # and a cluster without a scheduler would hang every later test. Stopping the recorded PID's
 # process group (down.sh, restart.sh) stops the loop and the command together.
+stop_process() { # NAME: SIGTERM to the process group recorded in pids/NAME.pid, SIGKILL after 10 s
+  local f=$state/pids/$1.pid pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+  fi
+  rm -f "$f"
+}
 start_always() {
   local name=$1; shift
   # shellcheck disable=SC2016  # expanded by the inner sh

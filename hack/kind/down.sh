@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Deletes the kind cluster `multiworker`, the host routes up.sh added, and, when the engine is
-# the private dockerd up.sh started, the `kind` network and that dockerd: afterwards a plain
-# `docker info` fails again. A Docker engine that was already there is left running. Keeps
+# Deletes the kind cluster `multiworker`, the gang-scheduling processes and the host routes
+# up.sh added, and, when the engine is the private dockerd up.sh started, the `kind` network and
+# that dockerd: afterwards a plain `docker info` fails again. A Docker engine that was already there is left running. Keeps
 # the node image (in the engine's data root under $MW_CACHE) and the shared directory
 # ($MW_KIND_SHARED_DIR: checkpoints written there survive). Safe to run when nothing is up.
 set -euo pipefail
@@ -9,6 +9,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 use_engine
 
+"$repo/hack/cluster/gang.sh" --kind --stop
 if engine_answers; then
   if cluster_exists; then
     log "deleting kind cluster $cluster_name"

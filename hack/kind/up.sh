@@ -9,11 +9,19 @@
 # MW_KIND_OFFLINE=1, the offline image built from Go modules and Debian packages
 # (node-image.sh, cached by content); otherwise kind's stock kindest/node (MW_KIND_OFFLINE=0
 # forces it). Re-running with nothing changed takes seconds; a changed config or node image
-# recreates the cluster.
+# recreates the cluster. `--gang` (or MW_GANG=1) also runs the coscheduling scheduler and the
+# PodGroup controller against it (hack/cluster/gang.sh --kind).
 set -euo pipefail
 # shellcheck source=hack/kind/lib.sh
 source "$(dirname "$0")/lib.sh"
 t0=$SECONDS
+gang=${MW_GANG:-}
+for arg in "$@"; do
+  case $arg in
+    --gang) gang=1 ;;
+    *) die "unknown argument $arg (usage: up.sh [--gang])" ;;
+  esac
+done
 "$repo/hack/cluster/build-binaries.sh" >/dev/null
 "$here/docker.sh" up
 use_engine
@@ -104,6 +112,7 @@ if cluster_exists; then
 fi
 mv "$config.new" "$config"
 if ! cluster_exists; then
+  "$repo/hack/cluster/gang.sh" --kind --stop   # they would talk to the API server of the old one
   c0=$SECONDS
   what=${image:-"kind's stock node image"}
   log "creating kind cluster $cluster_name: 1 control plane + $workers workers ($what)"
@@ -150,5 +159,6 @@ fi
   echo "export MW_KIND_SHARED_DIR=$shared_dir"
   echo "export MW_KIND_OFFLINE=$offline"
 } > "$state/kind.env"
+[ -z "$gang" ] || "$repo/hack/cluster/gang.sh" --kind
 log "ready in $((SECONDS - t0))s: export KUBECONFIG=$kubeconfig" \
   "$([ -f "$engine_owned" ] && echo "DOCKER_HOST=unix://$engine_sock")"

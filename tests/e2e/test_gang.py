@@ -1,9 +1,11 @@
-"""Gang scheduling with real pods on the local cluster's 4-GPU node: a group is placed whole or
-not at all (the coscheduling scheduler, PodGroups), preemption tears a whole group down as a
-disruption, and a cluster without the PodGroup CRD gets a clear condition instead of a crash.
+"""Gang scheduling with real pods on one 4-GPU node: a group is placed whole or not at all (the
+coscheduling scheduler, PodGroups), preemption tears a whole group down as a disruption, and a
+cluster without the PodGroup CRD gets a clear condition instead of a crash.
 
-Each job's workers ask for one nvidia.com/gpu, so two 3-worker jobs cannot both fit on the
-node's four. `gang_scheduler` turns the coscheduling scheduler on (`up.sh --gang`).
+Each job's workers ask for one nvidia.com/gpu and are pinned to the same node (`gpu_node`: the
+local cluster's only node, or kind's first worker), so two 3-worker jobs cannot both fit on its
+four. `gang_scheduler` turns the coscheduling scheduler on (`up.sh --gang`, on kind
+`gang.sh --kind`).
 """
 
 from __future__ import annotations
@@ -48,25 +50,38 @@ def gang_scheduler(cluster: Cluster) -> str:
     (not installed) on any other."""
     if cluster.kind == "local":
         run_script("hack/cluster/up.sh", "--gang")
+    elif cluster.kind == "kind":
+        run_script("hack/cluster/gang.sh", "--kind", env=cluster.env)
     elif cluster.kubectl("get", "crd", PG_CRD, check=False).returncode != 0:
         pytest.skip(f"needs the scheduler-plugins coscheduling scheduler ({SCHEDULER}) and its "
-                    f"PodGroup CRD; only the local cluster installs them itself")
+                    f"PodGroup CRD; only the local and kind clusters install them themselves")
     return SCHEDULER
 
 
+@pytest.fixture(scope="session")
+def gpu_node(cluster: Cluster) -> str:
+    """The node every GPU job of these tests is pinned to: the first with exactly 4 GPUs."""
+    for node in cluster.nodes():
+        name = node["metadata"]["name"]
+        if name in cluster.schedulable_workers() and \
+                node["status"].get("allocatable", {}).get(GPU) == str(NODE_GPUS):
+            return name
+    raise AssertionError(f"no schedulable node of the {cluster.kind} cluster has {NODE_GPUS} GPUs")
+
+
 @pytest.fixture
-def free_gpus(cluster: Cluster) -> None:
+def free_gpus(cluster: Cluster, gpu_node: str) -> None:
     """Start from an idle node: pods of earlier tests may still be terminating."""
     core = client.CoreV1Api(cluster.api_client())
 
     def holders() -> list[str]:
         pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
         return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
-                if gpus_of(p) and p["spec"].get("nodeName")
+                if gpus_of(p) and p["spec"].get("nodeName") == gpu_node
                 and p["status"].get("phase") not in ("Succeeded", "Failed")]
 
     wait_for(lambda: not holders() or None, 120,
-             describe=lambda: f"all {NODE_GPUS} GPUs to be free; held by {holders()}")
+             describe=lambda: f"all {NODE_GPUS} GPUs of {gpu_node} to be free; held by {holders()}")
 
 
 def gpus_of(pod: dict[str, Any]) -> int:
@@ -75,14 +90,21 @@ def gpus_of(pod: dict[str, Any]) -> int:
 
 
 def gpu_job(name: str, gang: bool, script: str = UNTIL_FINISHED, workers: int = 3,
-            **spec: Any) -> dict[str, Any]:
+            node: str | None = None, **spec: Any) -> dict[str, Any]:
+    """Workers that each hold one GPU, on `node` when given."""
     manifest = job(name, script, workers=workers,
                    gang={"enabled": gang, "scheduleTimeoutSeconds": 5},
                    # Waiting for capacity must not fail these jobs while the test runs.
                    health={"startupTimeoutSeconds": 900}, **spec)
+    if node:
+        pin_to(manifest, node)
     container = manifest["spec"]["template"]["spec"]["containers"][0]
     container["resources"] = {"requests": {"cpu": "50m"}, "limits": {GPU: "1"}}
     return manifest
+
+
+def pin_to(manifest: dict[str, Any], node: str) -> None:
+    manifest["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
 
 
 def finish(jobs: Jobs, name: str) -> None:
@@ -128,10 +150,10 @@ def waiting_for_gang(status: dict[str, Any], *words: str) -> dict[str, Any] | No
 
 
 @pytest.mark.usefixtures("gang_scheduler", "operator", "free_gpus", "images")
-def test_gang_waits_whole_and_starts_whole(jobs: Jobs) -> None:
-    jobs.apply(gpu_job("a", gang=False))
+def test_gang_waits_whole_and_starts_whole(jobs: Jobs, gpu_node: str) -> None:
+    jobs.apply(gpu_job("a", gang=False, node=gpu_node))
     jobs.wait_running("a")
-    jobs.apply(gpu_job("b", gang=True))
+    jobs.apply(gpu_job("b", gang=True, node=gpu_node))
 
     # The message names what is missing and who holds it: a's three GPUs.
     holder = f"job {jobs.namespace}/a 3"
@@ -157,10 +179,10 @@ def test_gang_waits_whole_and_starts_whole(jobs: Jobs) -> None:
 
 
 @pytest.mark.usefixtures("gang_scheduler", "operator", "free_gpus", "images")
-def test_without_gang_a_partly_placed_group_says_who_holds_what(jobs: Jobs) -> None:
-    jobs.apply(gpu_job("a", gang=False))
+def test_without_gang_a_partly_placed_group_says_who_holds_what(jobs: Jobs, gpu_node: str) -> None:
+    jobs.apply(gpu_job("a", gang=False, node=gpu_node))
     jobs.wait_running("a")
-    jobs.apply(gpu_job("b", gang=False))
+    jobs.apply(gpu_job("b", gang=False, node=gpu_node))
 
     def reported(status: dict[str, Any]) -> dict[str, Any] | None:
         running = condition(status, "Running")
@@ -198,19 +220,20 @@ def priority_classes(cluster: Cluster) -> Iterator[tuple[str, str]]:
 
 @pytest.mark.usefixtures("gang_scheduler", "operator", "free_gpus", "worker_image", "images")
 def test_preempted_gang_restarts_whole_as_a_disruption_and_resumes(
-    jobs: Jobs, checkpoint_claim: str, priority_classes: tuple[str, str]
+    jobs: Jobs, checkpoint_claim: str, priority_classes: tuple[str, str], gpu_node: str
 ) -> None:
     low, high = priority_classes
     victim = tf_job("victim", workers=3, env={"TRAIN_EPOCHS": "20", "TRAIN_STEP_SLEEP": "0.2"},
                     gang={"enabled": True, "scheduleTimeoutSeconds": 5},
                     health={"startupTimeoutSeconds": 900})
+    pin_to(victim, gpu_node)
     pod_spec = victim["spec"]["template"]["spec"]
     pod_spec["priorityClassName"] = low
     pod_spec["containers"][0]["resources"]["limits"] = {GPU: "1"}
     jobs.apply(victim)
     wait_checkpointed(jobs, "victim")
 
-    urgent = gpu_job("urgent", gang=True)
+    urgent = gpu_job("urgent", gang=True, node=gpu_node)
     urgent["spec"]["template"]["spec"]["priorityClassName"] = high
     jobs.apply(urgent)
 

@@ -14,15 +14,6 @@ fake_cidr=10.89.0.0/16   # pod IPs; fake node IPs are 10.90.x.y (both outside th
 proxy_port=$((api_port + 1))  # kwok/watch-proxy.py, when needed
 kc get --raw /readyz >/dev/null 2>&1 || die "the local cluster is not up (make cluster-up)"
 
-stop_kwok() {
-  is_running kwok || { rm -f "$state/pids/kwok.pid"; return 0; }
-  local pid; pid=$(cat "$state/pids/kwok.pid")
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid"
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  rm -f "$state/pids/kwok.pid"
-}
-
 delete_nodes() { # NAME...: delete and wait until gone (pod GC removes their pods within ~1 min)
   [ $# -gt 0 ] || return 0
   kc delete nodes "$@" --wait=false >/dev/null
@@ -32,7 +23,7 @@ delete_nodes() { # NAME...: delete and wait until gone (pod GC removes their pod
 if [ "${1:-}" = --delete ]; then
   # shellcheck disable=SC2046
   delete_nodes $(kc get nodes -l "$selector" -o jsonpath='{.items[*].metadata.name}')
-  stop_kwok
+  stop_process kwok
   log "fake nodes deleted, kwok stopped"; exit 0
 fi
 count=${1:?usage: fake-nodes.sh N [GPUS] | --delete}
@@ -45,7 +36,7 @@ for n in $(kc get nodes -l "$selector" -o jsonpath='{.items[*].metadata.name}');
   [[ $n =~ ^fake-([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -lt "$count" ] || extra+=("$n")
 done
 delete_nodes "${extra[@]}"
-if [ "$count" -eq 0 ]; then stop_kwok; log "no fake nodes; kwok stopped"; exit 0; fi
+if [ "$count" -eq 0 ]; then stop_process kwok; log "no fake nodes; kwok stopped"; exit 0; fi
 
 [ -x "$bin/kwok" ] || "$here/build-binaries.sh" kwok >/dev/null
 # This API server may refuse kwok's watches (see kwok/watch-proxy.py): then kwok runs behind
@@ -62,6 +53,12 @@ for fd in /proc/$$/fd/*; do
 done
 kwok_args=(--config "$here/kwok/stages.yaml" --cidr "$fake_cidr"
            --manage-nodes-with-label-selector "$selector")
+# A kwok started with other stages is restarted with these.
+config_hash=$(sha256sum < "$here/kwok/stages.yaml" | cut -c1-16)
+if is_running kwok && [ "$(cat "$state/kwok.stages-hash" 2>/dev/null)" != "$config_hash" ]; then
+  log "kwok's stages changed: restarting it"; stop_process kwok
+fi
+echo "$config_hash" > "$state/kwok.stages-hash"
 if is_running kwok; then :
 elif broken_watch; then
   cat > "$state/kwok.kubeconfig" <<EOT

@@ -19,6 +19,7 @@ from tests.chaos.config import Chaos
 from tests.chaos.conftest import Figures, operator_log
 from tests.chaos.progress_servers import ABUSIVE, HONEST
 from tests.chaos.workers import real_job, running_generation
+from tests.cluster import Cluster
 from tests.integration.conftest import OperatorProcess
 from tests.integration.jobs import Jobs, condition
 from tests.support import wait_for
@@ -75,9 +76,12 @@ class Sampler:
 
 
 @pytest.fixture
-def shared_dir(namespace: str) -> Iterator[str]:
-    """A host directory the honest job's workers share (the heartbeat of the pacemaker)."""
-    path = f"/tmp/mw-chaos-{namespace}"
+def shared_dir(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """A host directory the honest job's workers share (the heartbeat of the pacemaker), on
+    every node: the honest job's workers may land on different ones (kind)."""
+    if cluster.shared_dir is None:
+        pytest.skip("no directory shared by every node is known for the honest job's heartbeat")
+    path = f"{cluster.shared_dir}/chaos-{namespace}"
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -44,9 +44,14 @@ established() {
   [ "$(kc get crd "$1" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ]
 }
 
-is_running() { # NAME: the process recorded in pids/NAME.pid is alive
-  local f=$state/pids/$1.pid
-  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+is_running() { # NAME: the process recorded in pids/NAME.pid is alive — the one started then,
+  # not a later process that reuses its pid (it must be no younger than the pid file)
+  local f=$state/pids/$1.pid pid age
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f")
+  kill -0 "$pid" 2>/dev/null || return 1
+  age=$(ps -o etimes= -p "$pid" 2>/dev/null) || return 1
+  [ $(($(date +%s) - age)) -le $(($(stat -c %Y "$f") + 5)) ]
 }
 
 # start NAME COMMAND...: run in its own session, log to logs/NAME.log, record the PID.
@@ -65,22 +70,22 @@ start() {
   echo $! > "$state/pids/$name.pid"
 }
 
+stop_process() { # NAME: SIGTERM to the process group recorded in pids/NAME.pid, SIGKILL after 10 s
+  local f=$state/pids/$1.pid pid
+  if is_running "$1"; then
+    pid=$(cat "$f")
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
 # start_always NAME COMMAND...: `start`, and start COMMAND again whenever it exits — what the
 # kubelet does for a real cluster's static control-plane pods. kube-scheduler exits by design
 # when its cache turns inconsistent (seen after the API server was SIGKILLed mid-binding),
 # and a cluster without a scheduler would hang every later test. Stopping the recorded PID's
 # process group (down.sh, restart.sh) stops the loop and the command together.
-stop_process() { # NAME: SIGTERM to the process group recorded in pids/NAME.pid, SIGKILL after 10 s
-  local f=$state/pids/$1.pid pid
-  [ -f "$f" ] || return 0
-  pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
-  fi
-  rm -f "$f"
-}
 start_always() {
   local name=$1; shift
   # shellcheck disable=SC2016  # expanded by the inner sh

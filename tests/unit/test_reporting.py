@@ -46,6 +46,26 @@ def poll(cluster: FakeCluster, targets: Targets, health: GroupHealth | None,
                            targets.straggler_threshold)
 
 
+@pytest.mark.parametrize(("spec_health", "training"), [
+    ({}, (0,)),  # only status.progress is wanted once training: the chief's report
+    ({"progressTimeoutSeconds": 30}, (0, 1, 2)),  # hang detection compares every worker
+    ({"stragglerThreshold": 0.5}, (0, 1, 2)),  # so does straggler detection
+])
+def test_every_worker_is_polled_while_starting_then_those_some_detection_compares(
+    spec_health: dict[str, Any], training: tuple[int, ...]
+) -> None:
+    cluster, targets = started(workers=3, health=spec_health)
+    assert tuple(i for i, _ in targets.workers) == (0, 1, 2)  # any may report a lost peer
+    health = poll(cluster, targets, None, {i: report(i, step=0, phase="waiting-for-peers")
+                                           for i in range(3)})
+    outcome = step(cluster, health)
+    assert outcome.targets is not None and len(outcome.targets.workers) == 3
+    health = poll(cluster, targets, health, {i: report(i, step=5) for i in range(3)})
+    outcome = step(cluster, health)
+    assert outcome.targets is not None
+    assert tuple(i for i, _ in outcome.targets.workers) == training
+
+
 def test_targets_are_the_running_workers_of_the_current_group() -> None:
     cluster, targets = started(health={"progressTimeoutSeconds": 30, "progressPort": 9000})
     assert targets == Targets(generation=0, port=9000, all_running=True, progress_timeout=30,

@@ -8,7 +8,7 @@ from multiworker.conditions import Reason, Status, Type, find
 from multiworker.context import Flow, Pass
 from multiworker.hang import inactive_reason
 from multiworker.observe import WorkerPhase
-from multiworker.progress import GroupHealth, Targets, progress_of
+from multiworker.progress import TRAINING, GroupHealth, Targets, progress_of
 from multiworker.status import TERMINAL_PHASES
 from multiworker.stragglers import describe_recovered, describe_straggler, stragglers
 
@@ -102,7 +102,9 @@ def _report_stragglers(p: Pass, health: GroupHealth) -> None:
 
 
 def poll_targets(p: Pass) -> Targets | None:
-    """The running workers of the current group, while the job runs (or starts)."""
+    """The running workers of the current group, while the job runs (or starts): all of them
+    while they start (any may report an unreachable peer) and when hang or straggler detection
+    compares them; else the chief alone."""
     s, group, health = p.status, p.group, p.job.spec.health
     if p.deleted or p.outdated or s.phase in TERMINAL_PHASES or p.job.spec.suspend:
         return None
@@ -110,6 +112,11 @@ def poll_targets(p: Pass) -> Targets | None:
         return None  # this pass moved on to a new group: its pods do not exist yet
     workers = tuple((w.index, w.ip) for w in group.workers
                     if w.phase is WorkerPhase.RUNNING and w.ip and not w.terminating)
+    if health.progress_timeout_seconds is None and health.straggler_threshold is None \
+            and _chief_training(p.health):
+        # Nothing compares workers and the collective has formed (no peer left to report
+        # unreachable): status.progress is the chief's alone, so only the chief is polled.
+        workers = tuple(w for w in workers if w[0] == 0)
     if not workers:
         return None
     return Targets(
@@ -118,3 +125,8 @@ def poll_targets(p: Pass) -> Targets | None:
         progress_timeout=health.progress_timeout_seconds,
         straggler_threshold=health.straggler_threshold,
     )
+
+
+def _chief_training(health: GroupHealth | None) -> bool:
+    chief = health.worker(0) if health is not None else None
+    return chief is not None and chief.report is not None and chief.report.phase == TRAINING

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from multiworker.poller import MIN_SECONDS, Poller, poll_interval
-from multiworker.progress import BadReport, Report, Targets, parse_report
+from multiworker.poller import MIN_SECONDS, Poller, asked_workers, poll_interval
+from multiworker.progress import BadReport, Report, Targets, parse_report, track
 
 from tests.unit.test_progress import raw
 
@@ -137,3 +137,15 @@ def test_the_loop_polls_a_job_and_wakes_its_pass_on_news() -> None:
         assert health is not None and health.workers[0].report is not None
 
     asyncio.run(scenario())
+
+
+def test_a_group_nobody_answered_is_asked_through_its_chief_until_someone_answers() -> None:
+    targets = Targets(0, 8471, ((0, "10.0.0.1"), (1, "10.0.0.2"), (2, "10.0.0.3")), True)
+    now = datetime.now(UTC)
+    assert asked_workers(targets, None) == ((0, "10.0.0.1"),)
+    silent = track(None, targets, {0: None}, now)
+    assert asked_workers(targets, silent) == ((0, "10.0.0.1"),)
+    unreadable = track(silent, targets, {0: BadReport("not JSON")}, now)
+    assert asked_workers(targets, unreadable) == targets.workers  # it answers: ask everyone
+    without_chief = Targets(0, 8471, ((1, "10.0.0.2"), (2, "10.0.0.3")), False)
+    assert asked_workers(without_chief, None) == without_chief.workers

@@ -6,8 +6,8 @@ One pooled HTTP session with keep-alive for all jobs, bounded concurrency, jitte
 schedules. The rate follows spec.health.progressTimeoutSeconds (a hang verdict is late by at
 most one interval); without it, polls keep status.progress fresh every `status_seconds`. A
 group none of whose workers has ever answered is polled less and less often (hang detection
-is inactive for it anyway). A timed-out request closes its connection, so a stopped worker
-cannot hide behind a pooled one.
+is inactive for it anyway), and only through its chief until someone answers. A timed-out
+request closes its connection, so a stopped worker cannot hide behind a pooled one.
 
 The tracks live only in this process: a restarted operator (or a new leader) starts measuring
 afresh, which can delay a hang verdict by one timeout but never hasten it.
@@ -138,11 +138,12 @@ class Poller:
             if polls is None:
                 return
             targets = polls.targets
-            bodies = await self.fetch_all(targets.workers, targets.port)
+            asked = asked_workers(targets, polls.health)
+            bodies = await self.fetch_all(asked, targets.port)
             if self.jobs.get(key) is not polls or polls.targets.generation != targets.generation:
                 return  # replaced while we polled
             answers = {i: parse_report(b, i, targets.generation) if b is not None else None
-                       for (i, _), b in zip(targets.workers, bodies, strict=True)}
+                       for (i, _), b in zip(asked, bodies, strict=True)}
             bad = sum(isinstance(a, BadReport) for a in answers.values())
             if bad:
                 metrics.BAD_PROGRESS_REPORTS.inc(bad)
@@ -194,6 +195,16 @@ class Poller:
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             log.debug("GET %s: %s", url, type(e).__name__)
             return None
+
+
+def asked_workers(targets: Targets, health: GroupHealth | None) -> tuple[tuple[int, str], ...]:
+    """Whom one poll asks: every target, except in a group where nobody has answered anything
+    yet — there the chief alone (its peers run the same image and start with it), so a group
+    that serves no progress costs one connection attempt per poll, not one per worker."""
+    if health is not None and health.generation == targets.generation and health.ever_answered:
+        return targets.workers
+    chief = tuple(w for w in targets.workers if w[0] == 0)
+    return chief or targets.workers
 
 
 def _news_key(polls: JobPolls) -> tuple[tuple[int | None, ...], list[int], str | None, str]:

@@ -139,6 +139,11 @@ class GroupHealth:
         return next((w for w in self.workers if w.index == index), None)
 
     @property
+    def ever_answered(self) -> bool:
+        """Some worker answered at all, with a report or with something unreadable."""
+        return any(w.report is not None or w.bad_reports for w in self.workers)
+
+    @property
     def ever_reported(self) -> bool:
         """Some worker of this group answered with a report: the script serves progress."""
         return any(w.report is not None for w in self.workers)

@@ -25,13 +25,9 @@ def kwok_job(name: str, workers: int, **spec: Any) -> Obj:
         "metadata": {"name": name},
         "spec": {"workers": workers,
                  "template": {"spec": {**KWOK_PLACEMENT, "containers": [container],
-                                       # kwok v0.8 finishes a terminating pod's deletion
-                                       # by name, with no uid precondition, and a late retry
-                                       # deleted the next generation's pod of the same name
-                                       # (seen in CI; a kubelet deletes by uid). With no
-                                       # grace period that window is much shorter (clean
-                                       # since), not gone: the bench's fail case still hits
-                                       # it with 64 pods.
+                                       # Deleted by the API server at once: kwok, which
+                                       # deletes by name, never touches them (its stage
+                                       # for graceful deletions: kwok/stages.yaml).
                                        "terminationGracePeriodSeconds": 0}},
                  **spec},
     }

@@ -138,6 +138,17 @@ def ensure_cluster(cluster: Cluster, args: argparse.Namespace, contenders: list[
     install(cluster, [c.name for c in contenders])
 
 
+@contextlib.contextmanager
+def deletion_may_time_out() -> Iterator[None]:
+    """8,000 pods outlast the API server's 60 s request timeout (504): the deletion goes on,
+    and the namespace's deletion finishes whatever it left."""
+    try:
+        yield
+    except ApiException as e:
+        if e.status != 504:
+            raise
+
+
 def teardown(cluster: Cluster, c: Contender, ns: str) -> None:
     """Everything in `ns`, at once (the operator is stopped): finalizers dropped, pods deleted
     with no grace (kwok would otherwise remove them one by one), then the namespace."""
@@ -147,9 +158,12 @@ def teardown(cluster: Cluster, c: Contender, ns: str) -> None:
             cluster.custom.patch_namespaced_custom_object(
                 c.group, c.version, ns, c.plural, job["metadata"]["name"],
                 {"metadata": {"finalizers": None}})
-    cluster.custom.delete_collection_namespaced_custom_object(c.group, c.version, ns, c.plural)
-    cluster.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
-    cluster.core.delete_collection_namespaced_service(ns)
+    with deletion_may_time_out():
+        cluster.custom.delete_collection_namespaced_custom_object(c.group, c.version, ns, c.plural)
+    with deletion_may_time_out():
+        cluster.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    with deletion_may_time_out():
+        cluster.core.delete_collection_namespaced_service(ns)
     cluster.core.delete_namespace(ns)
 
     def gone() -> bool:
@@ -159,7 +173,7 @@ def teardown(cluster: Cluster, c: Contender, ns: str) -> None:
             return bool(e.status == 404)
         return False
 
-    wait_for(gone, 180, 0.5, f"namespace {ns} deleted")  # the next unit starts quiet
+    wait_for(gone, 900, 0.5, f"namespace {ns} deleted")  # the next unit starts quiet
 
 
 def run_unit(cluster: Cluster, args: argparse.Namespace, c: Contender, scenario: str,
@@ -183,7 +197,10 @@ def run_unit(cluster: Cluster, args: argparse.Namespace, c: Contender, scenario:
         finally:
             unit.mirror.close()
     finally:
-        teardown(cluster, c, ns)
+        try:
+            teardown(cluster, c, ns)
+        except (AssertionError, ApiException) as e:  # the figures above still stand
+            print(f"  teardown of {ns} failed: {str(e).splitlines()[0]}", file=sys.stderr)
 
 
 def run_scenario(cluster: Cluster, args: argparse.Namespace, contenders: list[Contender],

@@ -75,7 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steady", type=size, default=(40, 8), metavar="JOBSxWORKERS")
     p.add_argument("--scale", type=size, default=(1000, 8), metavar="JOBSxWORKERS")
     p.add_argument("--window", type=float, default=60, help="steady window, seconds")
-    p.add_argument("--settle", type=float, default=10, help="wait after all Running, seconds")
+    p.add_argument("--settle", type=float, default=40,
+                   help="wait after all Running, seconds (default 40: past the 30 s in which the "
+                   "poller asks new groups every 2 s, a start-up cost, not a steady one)")
     p.add_argument("--baseline", type=float, default=30, help="baseline window, seconds")
     p.add_argument("--canaries", type=int, default=20, help="scale: jobs failed during restart")
     p.add_argument("--grace", type=int, default=1, help="terminationGracePeriodSeconds")

@@ -10,7 +10,7 @@ export MW_CACHE ?= $(HOME)/.cache/multiworker
 PYTEST := $(VENV)/bin/python -m pytest
 CRD := crds/multiworker.dev_multiworkerjobs.yaml
 # The pinned Kubernetes' PodTemplateSpec schemas that spec.template's CRD schema is made from.
-OPENAPI := operator/src/multiworker/podtemplatespec.openapi.json
+OPENAPI := operator/src/multiworker/api/podtemplatespec.openapi.json
 PIP_TOOLS := pip-tools==7.6.2
 
 help: ## list targets
@@ -56,15 +56,16 @@ locks: venv ## re-resolve the images' committed wheel locks (UPGRADE=1: newest r
 
 generate: venv ## regenerate derived files: the Kubernetes OpenAPI excerpt, then the CRD
 	PY=$(VENV)/bin/python hack/k8s-openapi.sh > $(OPENAPI).tmp && mv $(OPENAPI).tmp $(OPENAPI)
-	$(VENV)/bin/python -m multiworker.crd > $(CRD)
+	$(VENV)/bin/python -m multiworker.api.crd > $(CRD)
 
-verify: venv binaries ## lint, type-check and fail on generated-file drift
+verify: venv binaries ## lint, type-check, import layering, and fail on generated-file drift
 	$(VENV)/bin/ruff check operator tests
 	$(VENV)/bin/mypy --config-file operator/pyproject.toml operator/src
+	$(VENV)/bin/lint-imports --config operator/pyproject.toml
 	$(MW_CACHE)/bin/helm lint --strict charts/multiworker-operator 2>&1 | grep -v 'found symbolic link'
 	PY=$(VENV)/bin/python hack/k8s-openapi.sh | cmp -s $(OPENAPI) - \
 		|| { echo "$(OPENAPI) is stale: run make generate"; exit 1; }
-	$(VENV)/bin/python -m multiworker.crd | diff -u $(CRD) - \
+	$(VENV)/bin/python -m multiworker.api.crd | diff -u $(CRD) - \
 		|| { echo "crds/ is stale: run make generate"; exit 1; }
 
 test-unit: venv binaries ## unit and runtime tests (no cluster)

@@ -25,7 +25,7 @@ from tests.support import wait_for
 
 CHART = REPO / "charts" / "multiworker-operator"
 CRD_NAMES = ("multiworkerjobs.multiworker.dev",)
-# What the operator exports (operator/src/multiworker/metrics.py); a scrape must show them all.
+# What the operator exports (operator/src/multiworker/clients/metrics.py); a scrape must show them all.
 OPERATOR_METRICS = ("multiworker_jobs", "multiworker_group_restarts_total")
 Obj = dict[str, Any]
 

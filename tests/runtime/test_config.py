@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from multiworker.api import HealthSpec
-from multiworker.contract import (
+from multiworker.api.contract import (
     DEFAULT_COLLECTIVE_TIMEOUT_SECONDS,
     DEFAULT_PEER_TIMEOUT_SECONDS,
 )
+from multiworker.api.spec import HealthSpec
 from multiworker.runtime.config import RuntimeConfig, load_config
 from multiworker.runtime.errors import ConfigError
 
@@ -93,7 +93,7 @@ def test_optional_variables_default() -> None:
 
 
 def test_runtime_and_api_default_the_timeouts_alike() -> None:
-    """One default each, in multiworker.contract; the operator's API must agree."""
+    """One default each, in multiworker.api.contract; the operator's API must agree."""
     health = HealthSpec()
     assert health.peer_timeout_seconds == DEFAULT_PEER_TIMEOUT_SECONDS
     assert health.collective_timeout_seconds == DEFAULT_COLLECTIVE_TIMEOUT_SECONDS

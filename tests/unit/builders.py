@@ -6,10 +6,10 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from multiworker import names
-from multiworker.api import MultiWorkerJobSpec
-from multiworker.job import Job
-from multiworker.status import JobStatus
+from multiworker.api import names
+from multiworker.api.job import Job
+from multiworker.api.spec import MultiWorkerJobSpec
+from multiworker.api.status import JobStatus
 
 JOB = "demo"
 NAMESPACE = "ml"

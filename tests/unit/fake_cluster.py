@@ -9,8 +9,14 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from multiworker import names
-from multiworker.k8s import Conflict, Created, PodDeletion, RefusalKind, Refused
+from multiworker.api import names
+from multiworker.clients.kube import (
+    Conflict,
+    Created,
+    PodDeletion,
+    RefusalKind,
+    Refused,
+)
 
 from tests.unit.builders import T0
 

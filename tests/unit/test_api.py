@@ -4,10 +4,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from multiworker.api import CleanPodPolicy, ExitCodeAction, SuccessPolicy
-from multiworker.job import InvalidJobSpec, Job
-from multiworker.schema import format_time
-from multiworker.status import JobStatus
+from multiworker.api.job import InvalidJobSpec, Job
+from multiworker.api.schema import format_time
+from multiworker.api.spec import CleanPodPolicy, ExitCodeAction, SuccessPolicy
+from multiworker.api.status import JobStatus
 
 from tests.unit.builders import job_body, make_spec, spec_dict
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from multiworker.k8s import FOOTPRINT
+from multiworker.clients.kube import FOOTPRINT
 
 from tests.cluster import BIN, REPO
 

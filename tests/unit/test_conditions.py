@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from multiworker.conditions import Type, find, is_true, set_condition
+from multiworker.api.conditions import Type, find, is_true, set_condition
 
 from tests.unit.builders import at
 

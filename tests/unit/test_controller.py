@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from multiworker.clients.informer import Store
 from multiworker.controller import Controller
 from multiworker.handlers import operator_settings
-from multiworker.informer import Store
-from multiworker.view import View
+from multiworker.reconcile.view import View
 
 from tests.unit.builders import NAMESPACE, job_body
 

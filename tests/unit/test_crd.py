@@ -4,14 +4,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from multiworker import crd
+from multiworker.api import crd
 
 COMMITTED = Path(__file__).resolve().parents[2] / "crds" / "multiworker.dev_multiworkerjobs.yaml"
 
 
 def test_committed_crd_is_generated_from_the_models() -> None:
     assert COMMITTED.read_text() == crd.render_yaml(), (
-        "crds/ is stale: run `python -m multiworker.crd > crds/multiworker.dev_multiworkerjobs.yaml`"
+        "crds/ is stale: run `python -m multiworker.api.crd > crds/multiworker.dev_multiworkerjobs.yaml`"
     )
 
 

@@ -3,10 +3,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from multiworker import gang, names
-from multiworker.api import DEFAULT_GANG_SCHEDULER
-from multiworker.job import InvalidJobSpec, Job
-from multiworker.render import owner_reference, render_worker_pod
+from multiworker.api import names
+from multiworker.api.job import InvalidJobSpec, Job
+from multiworker.api.spec import DEFAULT_GANG_SCHEDULER
+from multiworker.reconcile import gang
+from multiworker.reconcile.render import owner_reference, render_worker_pod
 
 from tests.unit.builders import JOB, JOB_UID, NAMESPACE, job_body, make_job, make_spec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from multiworker.gpus import gpus_per_worker, place
+from multiworker.decide.gpus import gpus_per_worker, place
 
 
 def node(product: str | None, gpus: int, ready: bool = True, cordoned: bool = False

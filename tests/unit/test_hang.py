@@ -3,8 +3,8 @@ detection is inactive because no worker ever reported."""
 
 from __future__ import annotations
 
-from multiworker.hang import find_stall, inactive_reason
-from multiworker.progress import Targets, track
+from multiworker.decide.hang import find_stall, inactive_reason
+from multiworker.decide.progress import Targets, track
 
 from tests.unit.builders import at
 from tests.unit.test_progress import TARGETS, polls, report

@@ -6,7 +6,7 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
-from multiworker.leader import Elector, Move, Sighting, decide
+from multiworker.clients.leader import Elector, Move, Sighting, decide
 
 Manifest = dict[str, Any]
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from multiworker import metrics
+from multiworker.clients import metrics
 
 
 def value(phase: str) -> float:

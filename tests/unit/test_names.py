@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from multiworker import names
+from multiworker.api import names
 
 
 def test_worker_names_and_dns() -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from multiworker.observe import ObservedGroup, WorkerPhase, observe_group, tail
+from multiworker.decide.observe import ObservedGroup, WorkerPhase, observe_group, tail
 
 from tests.unit.builders import JOB, JOB_UID, PodBuilder, at
 

@@ -1,4 +1,4 @@
-"""Kubernetes' OpenAPI v3 → structural CRD schema (multiworker.openapi), on small documents
+"""Kubernetes' OpenAPI v3 → structural CRD schema (multiworker.api.openapi), on small documents
 shaped like api__v1_openapi.json, and on the committed excerpt."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from multiworker import openapi
+from multiworker.api import openapi
 
 from tests.cluster import REPO
 

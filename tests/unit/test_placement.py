@@ -4,8 +4,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from multiworker import names
-from multiworker.placement import (
+from multiworker.api import names
+from multiworker.decide.placement import (
     Holder,
     format_amount,
     gang_waiting_message,

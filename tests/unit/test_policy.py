@@ -3,9 +3,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from multiworker.nodes import node_trouble
-from multiworker.observe import ObservedGroup, observe_group
-from multiworker.policy import (
+from multiworker.api.status import JobStatus
+from multiworker.decide.nodes import node_trouble
+from multiworker.decide.observe import ObservedGroup, observe_group
+from multiworker.decide.policy import (
     NO_ACTION,
     ActionKind,
     backoff_seconds,
@@ -15,7 +16,6 @@ from multiworker.policy import (
     startup_deadline,
     success_action,
 )
-from multiworker.status import JobStatus
 
 from tests.unit.builders import JOB, JOB_UID, PodBuilder, at, make_spec, stamp
 

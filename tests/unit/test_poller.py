@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from multiworker.poller import MIN_SECONDS, Poller, asked_workers, poll_interval
-from multiworker.progress import BadReport, Report, Targets, parse_report, track
+from multiworker.clients.poller import MIN_SECONDS, Poller, asked_workers, poll_interval
+from multiworker.decide.progress import BadReport, Report, Targets, parse_report, track
 
 from tests.unit.test_progress import raw
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from multiworker.progress import (
+from multiworker.decide.progress import (
     MAX_REPORT_BYTES,
     BadReport,
     GroupHealth,

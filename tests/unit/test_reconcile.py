@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from multiworker.reconcile import Outcome, reconcile
+from multiworker.reconcile.reconcile import Outcome, reconcile
 
 from tests.unit.builders import NAMESPACE, job_body
 from tests.unit.fake_cluster import FakeCluster

@@ -4,9 +4,9 @@ import json
 from typing import Any
 
 import pytest
-from multiworker import names
-from multiworker.job import Job
-from multiworker.render import (
+from multiworker.api import names
+from multiworker.api.job import Job
+from multiworker.reconcile.render import (
     owner_reference,
     render_service,
     render_worker_pod,

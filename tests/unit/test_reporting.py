@@ -8,10 +8,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from multiworker import metrics
-from multiworker.progress import BadReport, GroupHealth, Report, Targets, track
-from multiworker.reconcile import Outcome, reconcile
-from multiworker.stragglers import STRAGGLER_POLLS, mark_stragglers
+from multiworker.clients import metrics
+from multiworker.decide.progress import BadReport, GroupHealth, Report, Targets, track
+from multiworker.decide.stragglers import STRAGGLER_POLLS, mark_stragglers
+from multiworker.reconcile.reconcile import Outcome, reconcile
 
 from tests.unit.builders import NAMESPACE, job_body
 from tests.unit.fake_cluster import FakeCluster

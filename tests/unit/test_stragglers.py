@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from multiworker.progress import GroupHealth, Targets, track
-from multiworker.stragglers import (
+from multiworker.decide.progress import GroupHealth, Targets, track
+from multiworker.decide.stragglers import (
     STRAGGLER_POLLS,
     describe_recovered,
     describe_straggler,

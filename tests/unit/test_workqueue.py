@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from multiworker.workqueue import WorkQueue, jittered
+from multiworker.clients.workqueue import WorkQueue, jittered
 
 
 def run(coro: object) -> None:

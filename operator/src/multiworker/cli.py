@@ -12,10 +12,12 @@ from datetime import UTC, datetime
 
 import kopf
 
-from multiworker import handlers, logs, metrics, names
+from multiworker import handlers, logs
+from multiworker.api import names
+from multiworker.clients import metrics
+from multiworker.clients.kube import Cluster
+from multiworker.clients.transport import ClientSettings, Transport, new_api_client
 from multiworker.controller import Controller
-from multiworker.k8s import Cluster
-from multiworker.transport import ClientSettings, Transport, new_api_client
 
 log = logging.getLogger(__name__)
 _DEFAULTS = ClientSettings()

@@ -20,19 +20,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from multiworker import metrics, names
-from multiworker.conditions import Reason
-from multiworker.context import Outcome
-from multiworker.events import event_type
-from multiworker.informer import Informer, Key, Store, slim, slim_node, slim_pod
-from multiworker.k8s import Cluster
-from multiworker.leader import Elector
+from multiworker.api import names
+from multiworker.api.conditions import Reason
+from multiworker.api.status import TERMINAL_PHASES
+from multiworker.clients import metrics
+from multiworker.clients.informer import Informer, Key, Store, slim, slim_node, slim_pod
+from multiworker.clients.kube import Cluster
+from multiworker.clients.leader import Elector
+from multiworker.clients.poller import Poller
+from multiworker.clients.workqueue import WorkQueue, jittered
 from multiworker.logs import job_logger
-from multiworker.poller import Poller
-from multiworker.reconcile import reconcile
-from multiworker.status import TERMINAL_PHASES
-from multiworker.view import View
-from multiworker.workqueue import WorkQueue, jittered
+from multiworker.reconcile.context import Outcome
+from multiworker.reconcile.events import event_type
+from multiworker.reconcile.reconcile import reconcile
+from multiworker.reconcile.view import View
 
 log = logging.getLogger(__name__)
 

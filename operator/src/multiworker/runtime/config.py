@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from multiworker.contract import (
+from multiworker.api.contract import (
     DEFAULT_COLLECTIVE_TIMEOUT_SECONDS,
     DEFAULT_PEER_TIMEOUT_SECONDS,
     DEFAULT_PROGRESS_PORT,

@@ -6,7 +6,7 @@ and the functions that detect problems stay ordinary raising code that tests can
 
 from __future__ import annotations
 
-from multiworker.contract import ExitCode
+from multiworker.api.contract import ExitCode
 
 __all__ = [
     "CollectiveAborted",

@@ -14,7 +14,7 @@ import platform
 
 import tensorflow as tf
 
-from multiworker.contract import MWJ_TEST_FINGERPRINT_OVERRIDE
+from multiworker.api.contract import MWJ_TEST_FINGERPRINT_OVERRIDE
 from multiworker.runtime.preflight import Fingerprint, with_override
 
 log = logging.getLogger(__name__)

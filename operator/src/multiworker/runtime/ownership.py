@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from multiworker.contract import MWJ_CHECKPOINT_DIR, MWJ_RESUME_FROM_DIR
+from multiworker.api.contract import MWJ_CHECKPOINT_DIR, MWJ_RESUME_FROM_DIR
 from multiworker.runtime.config import RuntimeConfig
 from multiworker.runtime.errors import ConfigError
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from multiworker.contract import MWJ_PEER_TIMEOUT_SECONDS, MWJ_PROGRESS_PORT, PREFLIGHT_PATH
+from multiworker.api.contract import MWJ_PEER_TIMEOUT_SECONDS, MWJ_PROGRESS_PORT, PREFLIGHT_PATH
 from multiworker.runtime.config import RuntimeConfig, host_and_port
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.errors import ConfigError, PeersUnreachable

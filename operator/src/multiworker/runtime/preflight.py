@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from multiworker.contract import MWJ_TEST_FINGERPRINT_OVERRIDE, PREFLIGHT_PATH
+from multiworker.api.contract import MWJ_TEST_FINGERPRINT_OVERRIDE, PREFLIGHT_PATH
 from multiworker.runtime.config import RuntimeConfig
 from multiworker.runtime.errors import ConfigError
 from multiworker.runtime.reach import Reach

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from multiworker.contract import PREFLIGHT_PATH, PROGRESS_PATH
+from multiworker.api.contract import PREFLIGHT_PATH, PROGRESS_PATH
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,245 @@
+"""The MultiWorkerJob spec as pydantic models: the single source of the CRD schema (crd.py).
+
+Field docstrings become the CRD's descriptions (`kubectl explain`); `cel(...)` rules become
+`x-kubernetes-validations`, and each has a pydantic twin so the operator reports the same
+problem with the same words when the CRD did not catch it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, model_validator
+
+from multiworker.api import contract
+from multiworker.api.schema import Model, cel, validations
+from multiworker.api.template import PodTemplate
+
+# Durations in seconds stop at the int32 most Kubernetes APIs use (about 68 years): the
+# operator adds them to datetimes, which overflow long before int64 does.
+MAX_SECONDS = 2**31 - 1
+
+
+class ExitCodeAction(StrEnum):
+    FAIL_JOB = "FailJob"
+    RESTART_GROUP = "RestartGroup"
+
+
+class SuccessPolicy(StrEnum):
+    CHIEF_SUCCEEDED = "ChiefSucceeded"
+    ALL_WORKERS_SUCCEEDED = "AllWorkersSucceeded"
+
+
+class CleanPodPolicy(StrEnum):
+    RUNNING = "Running"
+    ALL = "All"
+
+
+class ImageSkewPolicy(StrEnum):
+    PIN_TO_CHIEF = "PinToChief"
+    FAIL_JOB = "FailJob"
+
+
+# A relative path inside the claim: no segment may start with "." (so no ".." out of it);
+# "." alone is the claim's root, where checkpoints were written before per-job directories.
+_PATH_SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9._-]*"
+_CLAIM_SUBPATH = rf"^(\.|{_PATH_SEGMENT}(/{_PATH_SEGMENT})*)$"
+
+
+class CheckpointSpec(Model):
+    """A shared volume every worker mounts. Each job checkpoints in its own directory on it,
+    `<mountPath>/<namespace>/<name>-<uid>` (MWJ_CHECKPOINT_DIR), and every new group of the job
+    restores from there; so jobs sharing a claim, or a job deleted and applied again under the
+    same name, never restore each other's checkpoints unless resumeFrom says so."""
+
+    claim_name: str = Field(min_length=1, max_length=253)
+    """Name of an existing PersistentVolumeClaim in the job's namespace (ReadWriteMany when
+    workers run on several nodes)."""
+    mount_path: str = Field(default="/checkpoints", pattern="^/")
+    """Absolute path where the claim is mounted in the training container."""
+    resume_from: str | None = Field(default=None, max_length=1024, pattern=_CLAIM_SUBPATH)
+    """Continue on purpose from another run's checkpoints: their directory on the claim,
+    relative to mountPath, e.g. `default/digits-cpu-6f0c...` (the earlier job's
+    MWJ_CHECKPOINT_DIR without the mountPath; its workers log it at start). While this job has
+    no checkpoint of its own, a new group restores the latest checkpoint found there, although
+    another job wrote it; it still saves to its own directory, so the other run's files are
+    never changed; `.` is the claim's root (where jobs of earlier operator versions saved).
+    Unset: a new job starts from step 0, and the workers refuse (exit 2) a checkpoint written
+    by a different job."""
+
+
+class ExitCodeRule(Model):
+    """What to do when the training container exits with one of `values`."""
+
+    action: ExitCodeAction
+    """FailJob fails the job at once; RestartGroup restarts the whole group and spends one
+    restart of spec.restartPolicy.maxRestarts."""
+    values: list[Annotated[int, Field(ge=1, le=255)]] = Field(
+        min_length=1, max_length=255, json_schema_extra={"x-kubernetes-list-type": "set"}
+    )
+    """Exit codes (1-255) this rule matches."""
+
+
+class RestartPolicy(Model):
+    """When and how fast a failed group is restarted. A failure of any worker restarts the
+    whole group; disruptions that are not the job's fault (pod evicted, preempted or deleted,
+    node lost) restart it without spending a restart."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                # has(): the API server also checks the bare default {} against this rule.
+                "!has(self.maxBackoffSeconds) || !has(self.backoffSeconds) || "
+                "self.maxBackoffSeconds >= self.backoffSeconds",
+                "spec.restartPolicy.maxBackoffSeconds must be at least backoffSeconds",
+                ".maxBackoffSeconds",
+            )
+        )
+    )
+
+    max_restarts: int = Field(default=3, ge=0, le=10000)
+    """How many times a failed group is restarted before the job fails."""
+    max_disruptions: int = Field(default=20, ge=0, le=10000)
+    """How many disruptions (pod evicted, preempted or deleted, node lost) restart the group
+    without spending maxRestarts before the job fails. The first restarts at once, later ones
+    back off like restarts (backoffSeconds doubling, at least 1s)."""
+    backoff_seconds: int = Field(default=1, ge=0, le=86400)
+    """Wait before the first restart; doubles with every restart spent (1, 2, 4, ... by
+    default: a transient failure recovers at once, a crash loop slows down)."""
+    max_backoff_seconds: int = Field(default=300, ge=0, le=86400)
+    """Upper bound of the exponential backoff."""
+    on_exit_codes: list[ExitCodeRule] = Field(default_factory=list, max_length=32)
+    """Rules by exit code of the training container, first match wins."""
+    default_action: ExitCodeAction = ExitCodeAction.RESTART_GROUP
+    """Action for a non-zero exit code no rule matches."""
+
+    @model_validator(mode="after")
+    def _backoff_cap(self) -> RestartPolicy:
+        if self.max_backoff_seconds < self.backoff_seconds:
+            raise ValueError("maxBackoffSeconds must be at least backoffSeconds")
+        return self
+
+    def action_for(self, exit_code: int) -> ExitCodeAction:
+        for rule in self.on_exit_codes:
+            if exit_code in rule.values:
+                return rule.action
+        return self.default_action
+
+
+class HealthSpec(Model):
+    """Detection of workers that cannot start, hang or straggle."""
+
+    progress_timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
+    """Restart the group (spending a restart) when no worker advances for this long: hang
+    detection. Measured once every worker runs; a worker advances when GET /progress reports a
+    new step or a new phase (starting, waiting-for-peers, training), and one that does not
+    answer does not advance (workers must serve /progress, as multiworker.runtime does).
+    Unset or null turns it off."""
+    progress_port: int = Field(default=contract.DEFAULT_PROGRESS_PORT, ge=1, le=65535)
+    """Port where workers serve GET /progress (MWJ_PROGRESS_PORT)."""
+    startup_timeout_seconds: int | None = Field(default=300, ge=1, le=MAX_SECONDS)
+    """Fail the job when a worker cannot start for this long (unschedulable, image pull
+    errors, bad container config); null waits forever."""
+    straggler_threshold: float | None = Field(default=None, gt=0, le=1)
+    """Report a worker as a straggler when its steps per second fall below this fraction of
+    the group's median. Unset turns it off."""
+    node_lost_seconds: int = Field(default=20, ge=1, le=3600)
+    """Restart the group (as a disruption) when a worker's node has been NotReady or
+    unreachable for this long — Kubernetes itself evicts such pods only after ~5 minutes."""
+    peer_timeout_seconds: int = Field(default=contract.DEFAULT_PEER_TIMEOUT_SECONDS, ge=1,
+                                      le=MAX_SECONDS)
+    """How long a starting worker waits for its peers (MWJ_PEER_TIMEOUT_SECONDS)."""
+    collective_timeout_seconds: int = Field(
+        default=contract.DEFAULT_COLLECTIVE_TIMEOUT_SECONDS, ge=1, le=MAX_SECONDS)
+    """Abort a collective whose peer is gone after this long (MWJ_COLLECTIVE_TIMEOUT_SECONDS)."""
+
+
+DEFAULT_GANG_SCHEDULER = "scheduler-plugins-scheduler"
+
+
+class GangSpec(Model):
+    """Gang scheduling: place all workers of a group at once or none of them, so a group that
+    does not fit holds no GPUs while it waits, and two jobs that each fit alone cannot hold
+    each other's GPUs. Needs the scheduler-plugins coscheduling scheduler and its PodGroup CRD
+    (scheduling.x-k8s.io/v1alpha1); without the CRD the job says so in a condition and creates
+    no workers."""
+
+    enabled: bool | None = None
+    """true: every group gets a PodGroup with minMember = workers, and its pods carry the
+    PodGroup label and schedulerName. false: the scheduler places workers one by one. Unset:
+    the operator's default (--default-gang-scheduling; the chart's gangScheduling.default)."""
+    scheduler_name: str = Field(default=DEFAULT_GANG_SCHEDULER, min_length=1, max_length=253,
+                                pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """The scheduler whose profile enables the Coscheduling plugin; gang-scheduled workers get
+    it as spec.schedulerName (scheduler-plugins' own install names it
+    scheduler-plugins-scheduler)."""
+    schedule_timeout_seconds: int = Field(default=60, ge=1, le=86400)
+    """How long the scheduler keeps the places of the workers that fit while it looks for room
+    for the rest (the PodGroup's scheduleTimeoutSeconds); then it releases all of them and
+    tries the whole group again later."""
+
+
+def _object_default() -> dict[str, Any]:
+    """Let the API server default a nested object so its own defaults show in the stored job."""
+    return {"default": {}}
+
+
+class MultiWorkerJobSpec(Model):
+    """A TensorFlow MultiWorkerMirroredStrategy job: `workers` identical pods that train as
+    one group and are restarted together."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.health) || !has(self.health.progressPort) || !has(self.port) || "
+                "self.health.progressPort != self.port",
+                "spec.health.progressPort must differ from spec.port",
+                ".health.progressPort",
+            ),
+            cel(
+                "(has(self.suspend) && self.suspend) || (has(oldSelf.suspend) && oldSelf.suspend)"
+                " || self.workers == oldSelf.workers",
+                "spec.workers can only change while the job is suspended",
+                ".workers",
+            ),
+        )
+    )
+
+    workers: int = Field(ge=1, le=1024)
+    """Number of workers (1-1024). Worker 0 is the chief."""
+    template: PodTemplate
+    port: int = Field(default=2222, ge=1, le=65535)
+    """Port the workers' TensorFlow servers listen on (in TF_CONFIG)."""
+    checkpoint: CheckpointSpec | None = None
+    restart_policy: RestartPolicy = Field(
+        default=RestartPolicy(), json_schema_extra=_object_default()
+    )
+    success_policy: SuccessPolicy = SuccessPolicy.CHIEF_SUCCEEDED
+    """ChiefSucceeded: the job succeeds when worker 0 exits 0. AllWorkersSucceeded: when every
+    worker has exited 0."""
+    suspend: bool = False
+    """Suspending deletes the workers and keeps the job; resuming starts a new group, which
+    resumes from the last checkpoint."""
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    """Delete the job (and everything it owns) this long after it finished. Unset keeps it."""
+    clean_pod_policy: CleanPodPolicy = CleanPodPolicy.RUNNING
+    """Which pods to delete when the job finishes: Running deletes those still running and
+    keeps finished ones for their logs; All deletes every pod."""
+    health: HealthSpec = Field(default=HealthSpec(), json_schema_extra=_object_default())
+    image_skew_policy: ImageSkewPolicy = ImageSkewPolicy.PIN_TO_CHIEF
+    """When the workers of one group run different image digests (a tag that resolved
+    differently on different nodes): PinToChief restarts the group with every worker on the
+    chief's digest (once; a disruption, not a restart); FailJob fails the job."""
+    gpu_product: str | None = Field(default=None, min_length=1, max_length=63)
+    """Place every worker on nodes labelled nvidia.com/gpu.product=<this> (NVIDIA GPU feature
+    discovery sets it). Unset: where nodes carry that label, the operator picks, for each new
+    group, one product whose nodes can hold the whole group (status.gpuProduct), and says so
+    when none can — workers of one group never mix GPU models."""
+    gang: GangSpec = Field(default=GangSpec(), json_schema_extra=_object_default())
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> MultiWorkerJobSpec:
+        if self.health.progress_port == self.port:
+            raise ValueError("health.progressPort must differ from port")
+        return self

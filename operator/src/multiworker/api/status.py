@@ -1,0 +1,160 @@
+"""The MultiWorkerJob status: phase, conditions, restarts and the last failure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from multiworker.api.schema import Model, Time
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+
+class Condition(Model):
+    """A standard condition; Succeeded and Failed work with `kubectl wait --for=condition=`."""
+
+    type: str
+    """Running, Restarting, Suspended, Succeeded or Failed."""
+    status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
+    reason: str
+    """Why, in CamelCase."""
+    message: str
+    """What happened, in words: which worker, why, what happens next."""
+    last_transition_time: Time
+    """When status last changed."""
+
+
+class FailureRecord(Model):
+    """The last worker failure or disruption the operator acted on."""
+
+    worker: int
+    """Index of the worker that failed first."""
+    generation: int
+    """Group generation the worker belonged to."""
+    reason: str
+    """OOMKilled, Error, Evicted, Preempted, Deleted, NodeLost, Unschedulable, ..."""
+    exit_code: int | None = None
+    """Exit code of the training container, when it exited."""
+    message: str
+    """Details: last lines of the termination message, or the pod's status message."""
+    time: Time
+    """When the failure was observed."""
+    action: str
+    """What the operator did: RestartGroup, RestartGroupWithoutCounting or FailJob."""
+
+
+class ProgressStatus(Model):
+    """Training progress reported by the workers (GET /progress, polled by the operator)."""
+
+    step: int | None = None
+    """Latest training step of the chief (counted from the job's first generation)."""
+    epoch: int | None = None
+    """Epochs the chief has completed."""
+    steps_per_second: float | None = None
+    """The chief's training speed over its last steps."""
+    loss: float | None = None
+    """The chief's latest training loss."""
+    accuracy: float | None = None
+    """The chief's latest training accuracy, when the script reports one."""
+    last_checkpoint_step: int | None = None
+    """Step of the last checkpoint saved."""
+    resumed_from_step: int | None = None
+    """Step the current generation restored from its checkpoint; 0 when it started afresh,
+    unset until its chief reports."""
+    updated_at: Time | None = None
+    """When the chief finished its latest step."""
+
+
+class JobStatus(BaseModel):
+    """Observed state of the job, written only by the operator."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True
+    )
+
+    phase: Phase | None = None
+    """Pending, Starting, Running, Restarting, Suspended, Succeeded or Failed."""
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """Running, Restarting, Suspended, Succeeded and Failed."""
+    observed_generation: int | None = None
+    """metadata.generation of the spec this status reflects."""
+    group_generation: int = 0
+    """Generation of the current worker group: 0 for the first, +1 for each restart or resume."""
+    ready: str | None = None
+    """Ready workers of the current group out of spec.workers, e.g. 4/4."""
+    ready_workers: int = 0
+    """Workers of the current group that are running and ready."""
+    total_workers: int = 0
+    """spec.workers."""
+    restarts: int = 0
+    """Group restarts spent from spec.restartPolicy.maxRestarts."""
+    disruptions: int = 0
+    """Group restarts caused by disruptions (eviction, preemption, deletion, node loss); these
+    do not spend the restart budget."""
+    pinned_image: str | None = None
+    """The digest every worker's training container runs since an image skew was found
+    (spec.imageSkewPolicy PinToChief)."""
+    gpu_product: str | None = None
+    """The nvidia.com/gpu.product every worker of the current group was placed on."""
+    blocked_since: Time | None = None
+    """When creating the current group was first held up (pods refused by quota, no GPU
+    product with room for it); cleared once its pods are created."""
+    bad_progress_reports: int = 0
+    """Answers to GET /progress from the current group that could not be read."""
+    restart_after: Time | None = None
+    """The next group is created no earlier than this (restart backoff)."""
+    group_start_time: Time | None = None
+    """When every pod of the current group had been created."""
+    recovering_since: Time | None = None
+    """When the failure that the current restart recovers from was observed."""
+    last_recovery_seconds: float | None = None
+    """Time from the last failure observed to the new group running."""
+    last_failure: FailureRecord | None = None
+    start_time: Time | None = None
+    """When the first group was created."""
+    completion_time: Time | None = None
+    """When the job succeeded or failed."""
+    progress: ProgressStatus | None = None
+    stragglers: list[int] = Field(
+        default_factory=list, json_schema_extra={"x-kubernetes-list-type": "set"}
+    )
+    """Indexes of workers whose steps per second stay below spec.health.stragglerThreshold
+    times the group's median."""
+
+
+class UnreadableStatus(ValueError):
+    """The stored status cannot be read (edited by hand, written by another version): acting
+    on it as if empty would reset counters, delete running pods and rerun finished jobs."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def parse_status(raw: Mapping[str, Any] | None) -> JobStatus:
+    """The status as last written; UnreadableStatus names every field it cannot read."""
+    try:
+        return JobStatus.model_validate(raw or {})
+    except ValidationError as e:
+        raise UnreadableStatus([
+            "status." + ".".join(str(p) for p in item["loc"]) + f": {item['msg']}"
+            for item in e.errors()]) from e

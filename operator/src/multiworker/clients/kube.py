@@ -1,0 +1,289 @@
+"""The operator's calls to the API server, in its own terms: create the pods of a group (in
+parallel; a refusal says why), delete pods by uid, patch a job's status only if unchanged,
+Events, Leases. How a call is made (rate limit, timeouts, metrics) is transport.py's.
+
+Objects travel as plain camelCase dicts, exactly as the API returns them, so the pure layers
+(observe, render) never see client model classes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from multiworker.api import names
+from multiworker.api.schema import format_time
+from multiworker.clients.transport import Transport
+
+log = logging.getLogger(__name__)
+
+Manifest = dict[str, Any]
+COMPONENT = "multiworker-operator"
+EVENT_MESSAGE_LIMIT = 1024
+
+
+# Every (API group, resource, verb) the operator calls — the chart's RBAC grants exactly these
+# (tests/unit/test_chart.py compares them; the e2e suite checks the calls made stay inside).
+# multiworkerjobs/finalizers: update is what blockOwnerDeletion on owned objects requires.
+FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
+    (names.GROUP, names.PLURAL): frozenset({"list", "watch", "delete"}),
+    (names.GROUP, f"{names.PLURAL}/status"): frozenset({"patch"}),
+    (names.GROUP, f"{names.PLURAL}/finalizers"): frozenset({"update"}),
+    ("", "pods"): frozenset({"get", "list", "watch", "create", "delete"}),
+    ("", "services"): frozenset({"get", "create"}),
+    ("", "events"): frozenset({"create"}),
+    ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
+    ("", "nodes"): frozenset({"list", "watch"}),
+    ("scheduling.x-k8s.io", "podgroups"): frozenset({"create", "get", "delete"}),
+}
+API_SERVED_TTL_SECONDS = 30.0  # how long a discovery answer (is the PodGroup API served?) holds
+
+
+class Created(StrEnum):
+    CREATED = "Created"
+    EXISTS = "Exists"  # 409: it was there already; the caller checks who controls it
+
+
+class RefusalKind(StrEnum):
+    """Why the API server refused to create an object — each calls for a different answer."""
+
+    INVALID = "Invalid"  # 400/422: the object itself is wrong; retrying cannot help
+    FORBIDDEN = "Forbidden"  # 403: admission (PodSecurity, a webhook, LimitRange) said no
+    QUOTA = "QuotaExceeded"  # 403 from ResourceQuota: may pass once other pods finish
+
+
+class Refused(Exception):
+    """The API server refused to create an object; `message` is the server's own words."""
+
+    def __init__(self, kind: RefusalKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class Conflict(Exception):
+    """The object changed since we read it (optimistic concurrency): read again."""
+
+
+class Gone(Exception):
+    """The object no longer exists (404 on an update)."""
+
+
+def _server_message(error: ApiException) -> str:
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
+    except ValueError:
+        return str(error.reason)
+
+
+def refusal_kind(status: int, message: str) -> RefusalKind | None:
+    """Which refusal a failed create is (None: not a refusal, e.g. 500 or a timeout)."""
+    if status in (400, 422):
+        return RefusalKind.INVALID
+    if status == 403:
+        return RefusalKind.QUOTA if "exceeded quota" in message else RefusalKind.FORBIDDEN
+    return None
+
+
+@dataclass(frozen=True)
+class PodDeletion:
+    namespace: str
+    name: str
+    uid: str  # only this pod, never a newer one of the same name
+    grace: int | None = None  # None: the pod's own terminationGracePeriodSeconds
+
+
+class Cluster:
+    """The operator's reads and writes, in the API's words: conflicts, refusals, 404s and 409s
+    turned into what a pass can act on. Calls go through one Transport (transport.py)."""
+
+    def __init__(self, rest: Transport, instance: str | None = None) -> None:
+        self.rest = rest
+        self.instance = instance or socket.gethostname()  # Events' reportingInstance
+        self._served: dict[str, tuple[bool, float]] = {}
+
+    # --- lists and watches, for the informers ---
+
+    def list_page(self, path: str, selector: str | None, limit: int, cont: str | None
+                  ) -> Manifest:
+        return self.rest.list_page(path, selector, limit, cont)
+
+    def watch(self, path: str, selector: str | None, resource_version: str,
+              server_timeout: int) -> Iterator[Manifest]:
+        return self.rest.watch(path, selector, resource_version, server_timeout)
+
+    # --- jobs ---
+
+    def patch_job_status(
+        self, namespace: str, name: str, status: Manifest, resource_version: str
+    ) -> str:
+        """Merge-patch the status subresource (null clears a field), only if the job is still
+        at `resource_version`: a decision made on an outdated view is never written. Returns
+        the job's new resource version."""
+        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        try:
+            found = self.rest.call("PATCH", names.job_path(namespace, name) + "/status", body,
+                               content_type="application/merge-patch+json")
+        except ApiException as e:
+            if e.status == 409:
+                raise Conflict(f"{namespace}/{name} changed since it was read") from e
+            if e.status == 404:
+                raise Gone(f"{namespace}/{name} is gone") from e
+            raise
+        return str(found.get("metadata", {}).get("resourceVersion", ""))
+
+    def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the job; owner references take its pods and Service with it."""
+        options = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
+        self._delete(names.job_path(namespace, name), options)
+
+    # --- pods and services ---
+
+    def get_service(self, namespace: str, name: str) -> Manifest | None:
+        return self._get(_core_path(namespace, "services", name))
+
+    def get_pod(self, namespace: str, name: str) -> Manifest | None:
+        return self._get(_core_path(namespace, "pods", name))
+
+    def create_service(self, service: Manifest) -> Created:
+        return self._create(_core_path(service["metadata"]["namespace"], "services"), service)
+
+    def create_pods(self, pods: Sequence[Manifest]) -> list[Created | Refused]:
+        """Create pods in parallel (bounded by settings.concurrency): per pod, Created or the
+        API server's refusal. Other errors (timeouts, 5xx) raise after every call ended."""
+        def create(pod: Manifest) -> Created | Refused:
+            try:
+                return self._create(_core_path(pod["metadata"]["namespace"], "pods"), pod)
+            except Refused as e:
+                return e
+        return self.rest.parallel(create, pods)
+
+    def delete_pods(self, deletions: Sequence[PodDeletion]) -> None:
+        """Delete pods in parallel, each by uid; already gone is success."""
+        def delete(d: PodDeletion) -> None:
+            options: Manifest = {"preconditions": {"uid": d.uid}}
+            if d.grace is not None:
+                options["gracePeriodSeconds"] = d.grace
+            self._delete(_core_path(d.namespace, "pods", d.name), options)
+        self.rest.parallel(delete, deletions)
+
+    def create_object(self, path: str, manifest: Manifest) -> Created:
+        """Create any namespaced object at its collection `path` (PodGroups, say)."""
+        return self._create(path, manifest)
+
+    def get_object(self, path: str) -> Manifest | None:
+        return self._get(path)
+
+    def delete_object(self, path: str) -> None:
+        self._delete(path, {})
+
+    def api_served(self, group_version: str, plural: str) -> bool:
+        """Whether discovery lists `plural` in `group_version` (a CRD installed and
+        established), remembered for API_SERVED_TTL_SECONDS."""
+        now = time.monotonic()
+        known = self._served.get(group_version)
+        if known is None or now - known[1] > API_SERVED_TTL_SECONDS:
+            found = self._get(f"/apis/{group_version}")
+            served = any(r.get("name") == plural for r in (found or {}).get("resources", []))
+            known = self._served[group_version] = (served, now)
+        return known[0]
+
+    # --- leases (leader election) ---
+
+    def get_lease(self, namespace: str, name: str) -> Manifest | None:
+        return self._get(_lease_path(namespace, name))
+
+    def create_lease(self, lease: Manifest) -> Manifest | None:
+        """The created Lease; None when another candidate created it first."""
+        try:
+            return self.rest.call("POST", _lease_path(lease["metadata"]["namespace"]), lease)
+        except ApiException as e:
+            if e.status == 409:
+                return None
+            raise
+
+    def replace_lease(self, lease: Manifest) -> Manifest | None:
+        """PUT with the read resourceVersion: None when someone else wrote it meanwhile."""
+        meta = lease["metadata"]
+        try:
+            return self.rest.call("PUT", _lease_path(meta["namespace"], meta["name"]), lease)
+        except ApiException as e:
+            if e.status in (404, 409):
+                return None
+            raise
+
+    # --- events ---
+
+    def emit_event(
+        self, job: Manifest, type_: str, reason: str, message: str, now: datetime
+    ) -> None:
+        """A core/v1 Event on the job (what `kubectl describe mwj` shows)."""
+        meta = job["metadata"]
+        stamp = format_time(now.replace(microsecond=0))
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": names.API_VERSION, "kind": names.KIND, "name": meta["name"],
+                "namespace": meta["namespace"], "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:EVENT_MESSAGE_LIMIT],
+            "source": {"component": COMPONENT},
+            "reportingComponent": f"{names.GROUP}/operator",
+            "reportingInstance": self.instance,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self.rest.call("POST", _core_path(meta["namespace"], "events"), event)
+
+    def _get(self, path: str) -> Manifest | None:
+        try:
+            return self.rest.call("GET", path)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def _create(self, path: str, manifest: Manifest) -> Created:
+        try:
+            self.rest.call("POST", path, manifest)
+        except ApiException as e:
+            if e.status == 409:
+                return Created.EXISTS
+            message = _server_message(e)
+            kind = refusal_kind(e.status or 0, message)
+            if kind is not None:
+                raise Refused(kind, message) from e
+            raise
+        return Created.CREATED
+
+    def _delete(self, path: str, options: Manifest) -> None:
+        """404 (already gone) and 409 (uid precondition: a newer object) are success."""
+        try:
+            self.rest.call("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", **options})
+        except ApiException as e:
+            if e.status not in (404, 409):
+                raise
+
+
+def _core_path(namespace: str, resource: str, name: str | None = None) -> str:
+    path = f"/api/v1/namespaces/{namespace}/{resource}"
+    return f"{path}/{name}" if name else path
+
+
+def _lease_path(namespace: str, name: str | None = None) -> str:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    return f"{path}/{name}" if name else path

@@ -1,0 +1,76 @@
+"""Prometheus metrics (served by `multiworker-operator --metrics-port`)."""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from multiworker.api.status import Phase
+
+# Seconds: from a few (small CPU jobs) to an hour (large images, slow schedulers).
+_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600)
+
+JOBS = Gauge("multiworker_jobs", "MultiWorkerJobs handled by this operator, by phase.", ["phase"])
+GROUP_RESTARTS = Counter(
+    "multiworker_group_restarts_total",
+    "Whole-group restarts, by the first failed worker's reason (OOMKilled, Error, Evicted, "
+    "Deleted, ...) and whether the restart spent the job's budget.",
+    ["reason", "counted"],
+)
+STARTUP_SECONDS = Histogram(
+    "multiworker_startup_seconds",
+    "Time from a job's creation to all workers of its first group running.",
+    buckets=_BUCKETS,
+)
+RECOVERY_SECONDS = Histogram(
+    "multiworker_recovery_seconds",
+    "Time from a failure observed to all workers of the new group running.",
+    buckets=_BUCKETS,
+)
+RECONCILE_ERRORS = Counter(
+    "multiworker_reconcile_errors_total", "Reconcile passes that failed and will be retried."
+)
+
+API_REQUESTS = Counter(
+    "multiworker_api_requests_total",
+    "Requests this operator sent to the Kubernetes API server, by verb, resource and HTTP code.",
+    ["verb", "resource", "code"],
+)
+LEADING = Gauge(
+    "multiworker_leading_namespaces",
+    "Namespaces whose jobs this instance handles (it holds their Lease); 0 while another "
+    "instance leads.",
+)
+PASS_SECONDS = Histogram(
+    "multiworker_reconcile_seconds", "Duration of one reconcile pass.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+BAD_PROGRESS_REPORTS = Counter(
+    "multiworker_bad_progress_reports_total",
+    "Progress reports that could not be read (too large, malformed, wrong schema).",
+)
+
+_lock = threading.Lock()
+_phases: dict[tuple[str, str], str] = {}
+
+
+def set_job_phase(namespace: str, name: str, phase: str | None) -> None:
+    """Remember one job's phase (None forgets the job) and refresh the per-phase gauge."""
+    with _lock:
+        if phase is None:
+            _phases.pop((namespace, name), None)
+        else:
+            _phases[(namespace, name)] = phase
+        counts = {p.value: 0 for p in Phase}
+        for value in _phases.values():
+            counts[value] = counts.get(value, 0) + 1
+        for value, count in counts.items():
+            JOBS.labels(phase=value).set(count)
+
+
+set_job_phase("", "", None)  # export every phase (as 0) from the first scrape on
+
+
+def serve(port: int) -> None:
+    start_http_server(port)

@@ -1,0 +1,312 @@
+"""Pure observation: turn the job's pods (API dicts) into the state of its worker group.
+
+The training container decides a worker's outcome (a sidecar may keep the pod Running after
+training ended); pod-level signals decide whether a failure was a disruption — something
+that is not the job's fault (eviction, preemption, deletion, node loss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from multiworker.api import names
+from multiworker.decide.ownership import controlled_by
+
+Pod = Mapping[str, Any]
+
+
+class WorkerPhase(StrEnum):
+    MISSING = "Missing"  # no pod
+    PENDING = "Pending"  # not scheduled yet
+    STARTING = "Starting"  # scheduled; containers not running yet
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"  # the job's fault: non-zero exit, pod failed
+    DISRUPTED = "Disrupted"  # not the job's fault: evicted, preempted, deleted, node lost
+
+
+# DisruptionTarget condition reasons (and pod reasons) → the reason we report.
+_DISRUPTION_REASONS = {
+    "PreemptionByScheduler": "Preempted",
+    "EvictionByEvictionAPI": "Evicted",
+    "DeletionByTaintManager": "NodeLost",
+    "DeletionByPodGC": "NodeLost",
+    "TerminationByKubelet": "Evicted",
+    "Evicted": "Evicted",
+    "Preempting": "Preempted",
+    "NodeLost": "NodeLost",
+    "Shutdown": "NodeShutdown",
+    "NodeShutdown": "NodeShutdown",
+    "Terminated": "NodeShutdown",
+}
+# Waiting reasons worth reporting while a worker starts (the others are routine).
+PROBLEM_WAITING_REASONS = frozenset({
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+    "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
+})
+# The pod was evicted because it used more than it asked for: the job's fault, not a disruption.
+EVICTED_FOR_USAGE = "EvictedForResourceUsage"
+MESSAGE_LINES = 3
+MESSAGE_CHARS = 600
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    index: int
+    phase: WorkerPhase
+    pod: str = ""
+    ready: bool = False
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    since: datetime | None = None  # failed/disrupted: when; pending/starting: pod creation
+    uid: str = ""
+    terminating: bool = False  # deletion requested
+    ip: str = ""  # the pod's IP, where it serves GET /progress
+    node: str = ""  # the node it was scheduled to
+    image_id: str = ""  # the image its training container runs (a digest), once started
+
+
+@dataclass(frozen=True)
+class StalePod:
+    """A pod of the job that does not belong to the current group."""
+
+    name: str
+    uid: str
+    generation: int | None
+    deletion: datetime | None  # when the API server will remove it (already terminating)
+    node: str = ""  # where it runs: a pod on a lost node never terminates by itself
+    pod_group: str = ""  # its gang's PodGroup, which goes with it
+
+
+@dataclass(frozen=True)
+class ObservedGroup:
+    generation: int
+    workers: tuple[WorkerState, ...]
+    stale: tuple[StalePod, ...] = ()
+    foreign: tuple[str, ...] = ()  # our labels, but another controller: never touched
+
+    def with_phase(self, *phases: WorkerPhase) -> list[WorkerState]:
+        return [w for w in self.workers if w.phase in phases]
+
+    @property
+    def ready(self) -> int:
+        return sum(1 for w in self.workers if w.phase is WorkerPhase.RUNNING and w.ready)
+
+    @property
+    def all_running(self) -> bool:
+        """Every worker runs (or has already finished successfully, waiting for the others)."""
+        return all(w.phase in (WorkerPhase.RUNNING, WorkerPhase.SUCCEEDED) for w in self.workers)
+
+    @property
+    def has_pods(self) -> bool:
+        return any(w.phase is not WorkerPhase.MISSING for w in self.workers)
+
+
+def observe_group(
+    pods: Iterable[Pod], *, job: str, job_uid: str, workers: int, generation: int,
+    container: str, expected: Collection[str] = (),
+) -> ObservedGroup:
+    """Sort the job's pods into the current group (by worker index), stale and foreign pods.
+    A pod of `expected` (created, not yet seen by the cache) is pending, not missing."""
+    current: dict[int, WorkerState] = {}
+    stale: list[StalePod] = []
+    foreign: list[str] = []
+    for pod in pods:
+        meta = pod.get("metadata", {})
+        if not controlled_by(meta, job_uid):
+            foreign.append(meta.get("name", ""))
+            continue
+        labels = meta.get("labels", {})
+        index = _int(labels.get(names.LABEL_WORKER_INDEX))
+        pod_generation = _int(labels.get(names.LABEL_GROUP_GENERATION))
+        belongs = (
+            pod_generation == generation
+            and index is not None
+            and 0 <= index < workers
+            and meta.get("name") == names.worker_name(job, index)
+        )
+        if belongs and index is not None:
+            current[index] = classify(pod, index, container)
+        else:
+            stale.append(StalePod(
+                name=meta.get("name", ""), uid=meta.get("uid", ""), generation=pod_generation,
+                deletion=_time(meta.get("deletionTimestamp")),
+                node=(pod.get("spec") or {}).get("nodeName") or "",
+                pod_group=labels.get(names.LABEL_POD_GROUP, ""),
+            ))
+    def absent(i: int) -> WorkerState:
+        pod = names.worker_name(job, i)
+        if pod in expected:
+            return WorkerState(i, WorkerPhase.PENDING, pod, reason="Creating")
+        return WorkerState(index=i, phase=WorkerPhase.MISSING)
+
+    group = tuple(current.get(i) or absent(i) for i in range(workers))
+    return ObservedGroup(generation, group, tuple(stale), tuple(sorted(foreign)))
+
+
+def classify(pod: Pod, index: int, container: str) -> WorkerState:
+    """The state of one worker pod, judged by its training container and its pod status."""
+    meta = pod.get("metadata", {})
+    state = _classify(pod, index, container)
+    trainer = _container_status(pod.get("status", {}).get("containerStatuses", []), container)
+    return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta,
+                   ip=pod.get("status", {}).get("podIP") or "",
+                   node=(pod.get("spec") or {}).get("nodeName") or "",
+                   image_id=(trainer or {}).get("imageID") or "")
+
+
+def _classify(pod: Pod, index: int, container: str) -> WorkerState:
+    meta, status = pod.get("metadata", {}), pod.get("status", {})
+    name = meta.get("name", "")
+    trainer = _container_status(status.get("containerStatuses", []), container)
+    terminated = (trainer.get("state") or {}).get("terminated") if trainer else None
+    disruption = _disruption(meta, status)
+
+    if terminated and terminated.get("exitCode") == 0:
+        return WorkerState(index, WorkerPhase.SUCCEEDED, name,
+                           since=_time(terminated.get("finishedAt")))
+    if terminated and not _happened_before(disruption, terminated):
+        return _exited(index, name, terminated, "")
+    if disruption is not None and disruption[0] == "Evicted" and _own_usage(disruption[1]):
+        return WorkerState(index, WorkerPhase.FAILED, name, reason=EVICTED_FOR_USAGE,
+                           message=disruption[1], since=disruption[2])
+    if disruption is not None:
+        return disruption_state(index, name, *disruption)
+    if status.get("phase") == "Failed":
+        return _pod_failed(index, name, status)
+    if status.get("phase") == "Succeeded":
+        return WorkerState(index, WorkerPhase.SUCCEEDED, name)
+    if trainer and "running" in (trainer.get("state") or {}):
+        return WorkerState(index, WorkerPhase.RUNNING, name, ready=_condition_true(status, "Ready"))
+    return _starting(index, name, meta, status)
+
+
+def disruption_state(
+    index: int, pod: str, reason: str, message: str, since: datetime | None
+) -> WorkerState:
+    return WorkerState(index, WorkerPhase.DISRUPTED, pod, reason=reason, message=message,
+                       since=since)
+
+
+def tail(text: str, lines: int = MESSAGE_LINES, chars: int = MESSAGE_CHARS) -> str:
+    """The last lines of a termination message — where a traceback says what went wrong."""
+    kept = "\n".join(line for line in text.strip().splitlines()[-lines:])
+    return kept[-chars:]
+
+
+def _exited(index: int, pod: str, terminated: Mapping[str, Any], prefix: str) -> WorkerState:
+    return WorkerState(
+        index, WorkerPhase.FAILED, pod,
+        exit_code=terminated.get("exitCode"),
+        reason=terminated.get("reason") or "Error",
+        message=prefix + tail(terminated.get("message") or ""),
+        since=_time(terminated.get("finishedAt")),
+    )
+
+
+def _pod_failed(index: int, pod: str, status: Mapping[str, Any]) -> WorkerState:
+    """A failed pod whose training container never exited: an init container failed, or the
+    kubelet rejected or stopped the pod."""
+    for init in status.get("initContainerStatuses", []):
+        terminated = (init.get("state") or {}).get("terminated")
+        if terminated and terminated.get("exitCode"):
+            return _exited(index, pod, terminated, f"init container {init.get('name')}: ")
+    return WorkerState(index, WorkerPhase.FAILED, pod, reason=status.get("reason") or "Failed",
+                       message=tail(status.get("message") or ""))
+
+
+def _starting(
+    index: int, pod: str, meta: Mapping[str, Any], status: Mapping[str, Any]
+) -> WorkerState:
+    since = _time(meta.get("creationTimestamp"))
+    scheduled = _condition(status, "PodScheduled")
+    if scheduled is not None and scheduled.get("status") == "False":
+        return WorkerState(index, WorkerPhase.PENDING, pod, since=since,
+                           reason=scheduled.get("reason") or "Unschedulable",
+                           message=scheduled.get("message") or "")
+    if not status.get("hostIP") and scheduled is None:
+        return WorkerState(index, WorkerPhase.PENDING, pod, since=since, reason="Pending")
+    waiting = _waiting_reasons(status)
+    problem = next((w for w in waiting if w[0] in PROBLEM_WAITING_REASONS), None)
+    reason, message = problem or (waiting[0] if waiting else ("ContainerCreating", ""))
+    return WorkerState(index, WorkerPhase.STARTING, pod, since=since, reason=reason,
+                       message=message)
+
+
+def _waiting_reasons(status: Mapping[str, Any]) -> list[tuple[str, str]]:
+    found = []
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key, []):
+            waiting = (container.get("state") or {}).get("waiting")
+            if waiting and waiting.get("reason"):
+                found.append((waiting["reason"], tail(waiting.get("message") or "")))
+    return found
+
+
+def _disruption(
+    meta: Mapping[str, Any], status: Mapping[str, Any]
+) -> tuple[str, str, datetime | None] | None:
+    """(reason, message, since) when the pod was disrupted rather than failing by itself."""
+    target = _condition(status, "DisruptionTarget")
+    if target is not None and target.get("status") == "True":
+        reason = _DISRUPTION_REASONS.get(target.get("reason", ""), "Disrupted")
+        # The kubelet's eviction message (which container used what) is in the pod status.
+        message = status.get("message") or target.get("message") or ""
+        return reason, message, _time(target.get("lastTransitionTime"))
+    deletion = _time(meta.get("deletionTimestamp"))
+    if deletion is not None:
+        grace = timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
+        return "Deleted", "the pod was deleted", deletion - grace
+    if status.get("phase") == "Failed" and status.get("reason") in _DISRUPTION_REASONS:
+        return _DISRUPTION_REASONS[status["reason"]], status.get("message") or "", None
+    if status.get("phase") == "Unknown":
+        return "NodeLost", "the pod's node stopped reporting", None
+    return None
+
+
+def _happened_before(
+    disruption: tuple[str, str, datetime | None] | None, terminated: Mapping[str, Any]
+) -> bool:
+    """Whether the disruption came first (so the exit was its consequence). When either time
+    is unknown the exit stands: a disruption must not excuse a failure it may not have caused."""
+    if disruption is None:
+        return False
+    since, finished = disruption[2], _time(terminated.get("finishedAt"))
+    return since is not None and finished is not None and since <= finished
+
+
+def _own_usage(message: str) -> bool:
+    """A kubelet eviction for the pod's own usage ("Container x was using 3Gi, which exceeds
+    its request of 1Gi", "Pod ephemeral local storage usage exceeds the total limit"), as
+    opposed to pressure others caused."""
+    return "exceeds" in message or "exceeded" in message
+
+
+def _container_status(statuses: list[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
+    return next((s for s in statuses if s.get("name") == name), None)
+
+
+def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    return next((c for c in status.get("conditions", []) if c.get("type") == type_), None)
+
+
+def _condition_true(status: Mapping[str, Any], type_: str) -> bool:
+    found = _condition(status, type_)
+    return found is not None and found.get("status") == "True"
+
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None

@@ -1,0 +1,345 @@
+"""Pure policies — when do we restart the group, fail or finish the job — in one place.
+
+No I/O: each function takes the spec, the last status and what was observed, and returns an
+Action. The culprit of a failure is the worker that failed *first*; a worker that exited
+because a peer went away (runtime exit codes 3 and 4) is blamed only when nobody else failed,
+and only after a short window in which the peer's own failure may still show up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+
+from multiworker.api.conditions import Reason
+from multiworker.api.contract import PEER_FAILURE_EXIT_CODES
+from multiworker.api.spec import ExitCodeAction, ImageSkewPolicy, MultiWorkerJobSpec, SuccessPolicy
+from multiworker.api.status import JobStatus
+from multiworker.decide.hang import Stall
+from multiworker.decide.nodes import NodeTrouble
+from multiworker.decide.observe import EVICTED_FOR_USAGE, ObservedGroup, WorkerPhase, WorkerState
+
+# How long a symptom waits for the failure that caused it to show in the API: the kubelets
+# of two nodes report a pod's end a second or more apart.
+COLLATERAL_WINDOW = timedelta(seconds=5)
+# Waiting reasons that no amount of waiting fixes.
+FAIL_AT_ONCE_WAITING_REASONS = frozenset({"InvalidImageName"})
+_MAX_DOUBLINGS = 32
+_UNKNOWN_TIME = datetime.max.replace(tzinfo=UTC)  # failures without a time sort last
+
+
+class ActionKind(StrEnum):
+    NONE = "None"
+    WAIT = "Wait"  # look again in `delay_seconds` before deciding
+    RESTART_GROUP = "RestartGroup"  # spends a restart of spec.restartPolicy.maxRestarts
+    RESTART_GROUP_UNCOUNTED = "RestartGroupWithoutCounting"  # a disruption
+    FAIL_JOB = "FailJob"
+    SUCCEED = "Succeed"
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """Who or what caused an action: a worker, and what happened to it in words."""
+
+    worker: int
+    reason: str  # OOMKilled, Error, Evicted, NodeLost, ProgressStalled, ...
+    description: str  # "worker-2 exited 137 (OOMKilled)": the start of every message
+    exit_code: int | None = None
+    message: str = ""  # details: the last lines of its termination message, the hang
+    since: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: ActionKind
+    reason: str = ""
+    message: str = ""
+    culprit: Culprit | None = None
+    delay_seconds: float = 0
+    pin_image: str | None = None  # restart with every worker on this image (image skew)
+
+
+NO_ACTION = Action(ActionKind.NONE)
+
+
+# --- culprits ---
+
+
+def describe(worker: WorkerState) -> str:
+    """`worker-2 exited 137 (OOMKilled)`, `worker-1 was evicted (...)`: culprit and cause."""
+    who = f"worker-{worker.index}"
+    detail = worker.message.strip().splitlines()[-1].rstrip(".") if worker.message.strip() else ""
+    if worker.phase is WorkerPhase.DISRUPTED:
+        what = {"Deleted": "was deleted", "Evicted": "was evicted", "Preempted": "was preempted",
+                "NodeLost": "lost its node", "NodeShutdown": "was stopped by a node shutdown",
+                "PodMissing": "disappeared"}.get(worker.reason, f"was disrupted ({worker.reason})")
+        return f"{who} {what}" + (f": {detail}" if detail else "")
+    if worker.reason == EVICTED_FOR_USAGE:
+        return f"{who} was evicted for its own resource usage: {detail}"
+    if worker.exit_code is not None:
+        cause = f"{worker.reason}: {detail}" if detail else worker.reason
+        return f"{who} exited {worker.exit_code} ({cause})"
+    return f"{who} failed ({worker.reason}" + (f": {detail})" if detail else ")")
+
+
+def worker_culprit(worker: WorkerState) -> Culprit:
+    return Culprit(worker.index, worker.reason, describe(worker), worker.exit_code,
+                   worker.message, worker.since)
+
+
+def stall_culprit(stall: Stall) -> Culprit:
+    """A hung collective: the worker whose progress stopped first."""
+    return Culprit(stall.first.index, Reason.PROGRESS_STALLED, stall.describe(),
+                   message=stall.describe(), since=stall.stopped_at)
+
+
+def lost_node_culprit(worker: WorkerState, trouble: NodeTrouble) -> Culprit:
+    return Culprit(worker.index, "NodeLost",
+                   f"worker-{worker.index} lost its node: {trouble.describe()}",
+                   message=trouble.describe(), since=trouble.since)
+
+
+def _is_symptom(worker: WorkerState) -> bool:
+    return worker.phase is WorkerPhase.FAILED and worker.exit_code in PEER_FAILURE_EXIT_CODES
+
+
+def first_failure(failures: list[WorkerState]) -> WorkerState:
+    """The worker that failed first; symptoms (peer-failure exits) only as a last resort."""
+    def blame_order(w: WorkerState) -> tuple[bool, datetime, bool, int]:
+        return _is_symptom(w), w.since or _UNKNOWN_TIME, w.phase is not WorkerPhase.DISRUPTED, \
+            w.index
+    return min(failures, key=blame_order)
+
+
+def failed_workers(group: ObservedGroup, group_started: bool) -> list[WorkerState]:
+    """Failed and disrupted workers; a missing pod counts once the group has been created."""
+    failures = group.with_phase(WorkerPhase.FAILED, WorkerPhase.DISRUPTED)
+    if group_started:
+        failures += [
+            WorkerState(w.index, WorkerPhase.DISRUPTED, reason="PodMissing",
+                        message="the pod disappeared")
+            for w in group.with_phase(WorkerPhase.MISSING)
+        ]
+    return failures
+
+
+# --- the decisions ---
+
+
+def backoff_seconds(base: int, cap: int, spent: int) -> int:
+    """Delay before attempt number `spent + 1`: `base` doubling, capped."""
+    return min(cap, int(base * 2 ** min(spent, _MAX_DOUBLINGS)))
+
+
+def failure_action(
+    spec: MultiWorkerJobSpec, status: JobStatus, group: ObservedGroup, *,
+    group_started: bool, now: datetime, troubles: Mapping[str, NodeTrouble] | None = None,
+) -> Action:
+    """Restart the group, fail the job, wait, or nothing — for failed workers, workers on
+    lost nodes and stuck starts."""
+    failures = failed_workers(group, group_started)
+    if failures:
+        worker = first_failure(failures)
+        if _is_symptom(worker) and worker.since is not None and now - worker.since < \
+                COLLATERAL_WINDOW:
+            wait = (worker.since + COLLATERAL_WINDOW - now).total_seconds()
+            return Action(ActionKind.WAIT, delay_seconds=wait)
+        return _on_failure(spec, status, worker)
+    action = image_skew_action(spec, status, group)
+    if action.kind is ActionKind.NONE:
+        action = lost_node_action(spec, status, group, now, troubles or {})
+    if action.kind is ActionKind.NONE:
+        action = startup_action(spec, group, now)
+    return action
+
+
+def image_skew_action(spec: MultiWorkerJobSpec, status: JobStatus,
+                      group: ObservedGroup) -> Action:
+    """Workers of one group that run different image digests (a tag resolved differently on
+    different nodes) must not train together: pin the next group to the chief's digest, or
+    fail, as spec.imageSkewPolicy says."""
+    images = {w.index: w.image_id for w in group.workers
+              if w.phase in (WorkerPhase.RUNNING, WorkerPhase.SUCCEEDED) and w.image_id}
+    if len(set(images.values())) < 2:
+        return NO_ACTION
+    chief = images.get(0) or images[min(images)]
+    odd = min(i for i, image in images.items() if image != chief)
+    listing = ", ".join(f"worker-{i} {image}" for i, image in sorted(images.items()))
+    culprit = Culprit(odd, Reason.IMAGE_SKEW, f"workers run different images ({listing})",
+                      message=listing)
+    if spec.image_skew_policy is ImageSkewPolicy.FAIL_JOB:
+        return Action(ActionKind.FAIL_JOB, Reason.IMAGE_SKEW,
+                      f"{culprit.description}; spec.imageSkewPolicy is FailJob", culprit)
+    if status.pinned_image is not None or "@" not in chief:
+        why = ("they still differ after pinning" if status.pinned_image else
+               f"the chief's image {chief} has no registry digest to pin to")
+        return Action(ActionKind.FAIL_JOB, Reason.IMAGE_SKEW, f"{culprit.description}; {why}",
+                      culprit)
+    return Action(ActionKind.RESTART_GROUP_UNCOUNTED, Reason.IMAGE_SKEW,
+                  f"restarting group: {culprit.description}; every worker now runs the "
+                  f"chief's {chief} (spec.imageSkewPolicy PinToChief; not counted as a restart)",
+                  culprit, pin_image=chief)
+
+
+def _on_failure(spec: MultiWorkerJobSpec, status: JobStatus, worker: WorkerState) -> Action:
+    culprit = worker_culprit(worker)
+    if worker.phase is WorkerPhase.DISRUPTED:
+        return disruption_action(spec, status, culprit)
+    code = worker.exit_code
+    if code is not None and spec.restart_policy.action_for(code) is ExitCodeAction.FAIL_JOB:
+        return Action(ActionKind.FAIL_JOB, Reason.EXIT_CODE_FAILS_JOB,
+                      f"{culprit.description}; exit code {code} fails the job "
+                      "(spec.restartPolicy)", culprit)
+    reason = Reason.EVICTED_FOR_USAGE if worker.reason == EVICTED_FOR_USAGE else \
+        Reason.WORKER_FAILED
+    return counted_restart(spec, status, culprit, reason)
+
+
+def lost_node_action(spec: MultiWorkerJobSpec, status: JobStatus, group: ObservedGroup,
+                     now: datetime, troubles: Mapping[str, NodeTrouble]) -> Action:
+    """A worker whose node has been unreachable for spec.health.nodeLostSeconds: the group is
+    dead (its collective cannot finish), so restart it as a disruption — long before
+    Kubernetes would evict the pod."""
+    grace = timedelta(seconds=spec.health.node_lost_seconds)
+    for worker in group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING):
+        trouble = troubles.get(worker.node) if worker.node else None
+        if trouble is not None and (trouble.since is None or now - trouble.since >= grace):
+            return disruption_action(spec, status, lost_node_culprit(worker, trouble))
+    return NO_ACTION
+
+
+def lost_node_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup,
+                       troubles: Mapping[str, NodeTrouble]) -> datetime | None:
+    """When the earliest worker on a troubled node counts as lost (to look again then)."""
+    grace = timedelta(seconds=spec.health.node_lost_seconds)
+    times = [t.since + grace for w in group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING)
+             if (t := troubles.get(w.node)) is not None and t.since is not None]
+    return min(times) if times else None
+
+
+def disruption_action(spec: MultiWorkerJobSpec, status: JobStatus, culprit: Culprit) -> Action:
+    """Not the job's fault: restart without spending a restart, within its own budget
+    (spec.restartPolicy.maxDisruptions) — at once the first time, then backing off."""
+    policy = spec.restart_policy
+    if status.disruptions >= policy.max_disruptions:
+        return Action(ActionKind.FAIL_JOB, Reason.DISRUPTION_LIMIT_EXCEEDED,
+                      f"{culprit.description}; disruption limit reached ({status.disruptions} "
+                      f"of {policy.max_disruptions} spent, spec.restartPolicy.maxDisruptions)",
+                      culprit)
+    delay = 0 if status.disruptions == 0 else backoff_seconds(
+        max(policy.backoff_seconds, 1), policy.max_backoff_seconds, status.disruptions - 1)
+    when = f"in {delay}s" if delay else "now"
+    return Action(
+        ActionKind.RESTART_GROUP_UNCOUNTED, Reason.WORKER_DISRUPTED,
+        f"restarting group: {culprit.description}; a disruption, not counted as a restart "
+        f"(disruption {status.disruptions + 1} of {policy.max_disruptions}, "
+        f"{max(policy.max_restarts - status.restarts, 0)} of {policy.max_restarts} restarts "
+        f"left); starting {when}", culprit, delay)
+
+
+def counted_restart(spec: MultiWorkerJobSpec, status: JobStatus, culprit: Culprit,
+                    reason: str = Reason.WORKER_FAILED) -> Action:
+    """The job's own failure (or hang): restart, spending one of spec.restartPolicy's."""
+    policy = spec.restart_policy
+    if status.restarts >= policy.max_restarts:
+        return Action(
+            ActionKind.FAIL_JOB, Reason.RESTART_LIMIT_EXCEEDED,
+            f"{culprit.description}; restart limit reached ({status.restarts} of "
+            f"{policy.max_restarts} restarts spent)", culprit,
+        )
+    delay = backoff_seconds(policy.backoff_seconds, policy.max_backoff_seconds, status.restarts)
+    when = f"in {delay}s" if delay else "now"
+    return Action(
+        ActionKind.RESTART_GROUP, reason,
+        f"restarting group: {culprit.description}; restart {status.restarts + 1} of "
+        f"{policy.max_restarts} {when}", culprit, delay,
+    )
+
+
+def hang_action(spec: MultiWorkerJobSpec, status: JobStatus, stall: Stall | None) -> Action:
+    """A hung collective (hang.find_stall) is the job's failure: restart, spending one."""
+    if stall is None:
+        return NO_ACTION
+    return counted_restart(spec, status, stall_culprit(stall), Reason.PROGRESS_STALLED)
+
+
+def startup_action(spec: MultiWorkerJobSpec, group: ObservedGroup, now: datetime) -> Action:
+    """Fail the job when a worker cannot start: at once for what waiting cannot fix, else
+    after spec.health.startupTimeoutSeconds."""
+    timeout = spec.health.startup_timeout_seconds
+    for worker in group.with_phase(WorkerPhase.PENDING, WorkerPhase.STARTING):
+        overdue = (
+            timeout is not None and worker.since is not None
+            and now - worker.since >= timedelta(seconds=timeout)
+        )
+        if worker.reason in FAIL_AT_ONCE_WAITING_REASONS or overdue:
+            within = f"within {timeout}s" if overdue else "and waiting will not help"
+            detail = f": {worker.message}" if worker.message else ""
+            culprit = Culprit(worker.index, worker.reason,
+                              f"worker-{worker.index} could not start {within} "
+                              f"({worker.reason}{detail})", message=worker.message,
+                              since=worker.since)
+            return Action(ActionKind.FAIL_JOB, Reason.STARTUP_TIMEOUT, culprit.description,
+                          culprit)
+    return NO_ACTION
+
+
+def startup_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup) -> datetime | None:
+    """When the earliest starting worker runs out of spec.health.startupTimeoutSeconds."""
+    timeout = spec.health.startup_timeout_seconds
+    starts = [
+        w.since for w in group.with_phase(WorkerPhase.PENDING, WorkerPhase.STARTING)
+        if w.since is not None
+    ]
+    if timeout is None or not starts:
+        return None
+    return min(starts) + timedelta(seconds=timeout)
+
+
+def _chief_succeeded(group: ObservedGroup) -> Action:
+    if group.workers[0].phase is WorkerPhase.SUCCEEDED:
+        return Action(ActionKind.SUCCEED, Reason.CHIEF_SUCCEEDED, "worker-0 (the chief) exited 0")
+    return NO_ACTION
+
+
+def _all_succeeded(group: ObservedGroup) -> Action:
+    if all(w.phase is WorkerPhase.SUCCEEDED for w in group.workers):
+        return Action(ActionKind.SUCCEED, Reason.ALL_WORKERS_SUCCEEDED,
+                      f"all {len(group.workers)} workers exited 0")
+    return NO_ACTION
+
+
+_SUCCESS_CHECKS: dict[SuccessPolicy, Callable[[ObservedGroup], Action]] = {
+    SuccessPolicy.CHIEF_SUCCEEDED: _chief_succeeded,
+    SuccessPolicy.ALL_WORKERS_SUCCEEDED: _all_succeeded,
+}
+
+
+def success_action(spec: MultiWorkerJobSpec, group: ObservedGroup) -> Action:
+    """Succeed per spec.successPolicy. Checked before failures: once the chief is done, its
+    peers exiting non-zero on the way out must not restart a finished job."""
+    return _SUCCESS_CHECKS[spec.success_policy](group)
+
+
+def refused_start_action(spec: MultiWorkerJobSpec, status: JobStatus, now: datetime,
+                         message: str, quota: bool, worker: int = 0) -> Action:
+    """The API server refused worker `worker`'s pod. Quota may free up: wait with backoff
+    until spec.health.startupTimeoutSeconds; anything else (PodSecurity, a webhook, a
+    LimitRange) will not pass by waiting: fail now."""
+    if not quota:
+        return Action(ActionKind.FAIL_JOB, Reason.POD_REFUSED,
+                      f"the API server refused worker-{worker}'s pod: {message}")
+    since = status.blocked_since or now
+    waited = (now - since).total_seconds()
+    timeout = spec.health.startup_timeout_seconds
+    if timeout is not None and waited >= timeout:
+        return Action(ActionKind.FAIL_JOB, Reason.STARTUP_TIMEOUT,
+                      f"worker pods refused by quota for {waited:.0f}s "
+                      f"(spec.health.startupTimeoutSeconds): {message}")
+    delay = min(max(waited / 2, 2.0), 60.0)
+    return Action(ActionKind.WAIT, Reason.QUOTA_EXCEEDED,
+                  f"worker pods refused by quota, retrying in {delay:.0f}s: {message}",
+                  delay_seconds=delay)
+

@@ -1,0 +1,58 @@
+"""What is written to a job's status, and the one place it is written: once per pass, only
+when it changed, then the pass's Events (never before the write succeeded) and metrics."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from multiworker.api.status import JobStatus
+from multiworker.clients import metrics
+from multiworker.decide.phase import phase_of
+from multiworker.reconcile.context import ClusterIO, Pass
+
+Manifest = dict[str, Any]
+
+
+def dump(status: JobStatus) -> dict[str, Any]:
+    return status.model_dump(mode="json", by_alias=True)
+
+
+def commit(p: Pass) -> Manifest | None:
+    """Finish the new status (counts, phase), write it if it changed, then emit the Events;
+    the job as it is after our write (None: nothing written)."""
+    if p.deleted:
+        metrics.set_job_phase(p.job.namespace, p.job.name, None)
+        return None
+    if p.outdated:
+        return None
+    s, spec = p.status, p.job.spec
+    ready = p.group.ready if p.group.generation == s.group_generation else 0
+    s.total_workers, s.ready_workers, s.ready = spec.workers, ready, f"{ready}/{spec.workers}"
+    s.observed_generation = p.job.generation
+    s.phase = phase_of(s, p.group, spec.suspend)
+    written = None
+    new = dump(s)
+    if new != dump(p.job.status):
+        version = write(p.cluster, p.body, new)
+        written = {**p.body, "metadata": {**p.body["metadata"], "resourceVersion": version},
+                   "status": {k: v for k, v in new.items() if v is not None}}
+    emit(p.cluster, p.body, p.events, p.now)
+    for record in p.after_write:
+        record()
+    metrics.set_job_phase(p.job.namespace, p.job.name, s.phase)
+    return written
+
+
+def write(cluster: ClusterIO, body: Manifest, fields: Manifest) -> str:
+    """Merge-patch status `fields` (null clears one), only if the job is unchanged since it
+    was read (k8s.Conflict otherwise)."""
+    meta = body["metadata"]
+    return cluster.patch_job_status(meta["namespace"], meta["name"], fields,
+                                    meta["resourceVersion"])
+
+
+def emit(cluster: ClusterIO, body: Manifest, events: list[tuple[str, str, str]],
+         now: datetime) -> None:
+    for type_, reason, message in events:
+        cluster.emit_event(body, type_, reason, message, now)

@@ -1,0 +1,225 @@
+"""Creating a group: the step that places it (one GPU product), makes its gang's PodGroup (if
+gang-scheduled), the headless Service and all worker pods at once, and answers the API
+server's refusals — an invalid or forbidden pod fails the job, a quota retries the whole group
+with backoff until the startup timeout."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from multiworker.api import names
+from multiworker.api.conditions import Reason, Type, find
+from multiworker.api.status import Phase
+from multiworker.clients.kube import Created, RefusalKind, Refused
+from multiworker.decide.gpus import gpus_per_worker, place
+from multiworker.decide.observe import WorkerPhase
+from multiworker.decide.ownership import Owned, ownership
+from multiworker.decide.placement import gang_waiting_message, is_bound, partial_placement_message
+from multiworker.decide.policy import Action, ActionKind, refused_start_action
+from multiworker.reconcile.context import Flow, Pass
+from multiworker.reconcile.gang import (
+    API_VERSION,
+    PLURAL,
+    gang_enabled,
+    gang_pod_fields,
+    pod_group_name,
+    pod_group_path,
+    render_pod_group,
+    unavailable_message,
+    with_gang_fields,
+)
+from multiworker.reconcile.render import owner_reference, render_service, render_worker_pod
+from multiworker.reconcile.transitions import abandon_group, finish
+
+Manifest = dict[str, Any]
+
+CONFLICT_RETRY_SECONDS = 30.0
+
+
+def ensure_workers(p: Pass) -> Flow:
+    """Create the current group, all pods at once, once the old pods are gone and the
+    backoff has passed. A refused pod fails the job, or (quota) retries the whole group."""
+    s = p.status
+    if s.group_start_time is not None or p.group.stale:
+        return Flow.CONTINUE
+    if s.restart_after is not None and p.now < s.restart_after:
+        p.wake_at(s.restart_after)
+        return Flow.CONTINUE
+    missing = p.group.with_phase(WorkerPhase.MISSING)
+    gang = gang_enabled(p.job.spec, p.gang_default)
+    owner = owner_reference(p.job)
+    if not _prepared(p, owner, gang):
+        return Flow.CONTINUE if p.status.completion_time is None else Flow.DONE
+    pods = [render_worker_pod(p.job, w.index, s.group_generation, owner,
+                              image=s.pinned_image, gpu_product=s.gpu_product)
+            for w in missing]
+    if gang:
+        fields = gang_pod_fields(p.job, s.group_generation)
+        pods = [with_gang_fields(pod, fields) for pod in pods]
+    results = p.cluster.create_pods(pods)
+    refused = next(((w.index, r) for w, r in zip(missing, results, strict=True)
+                    if isinstance(r, Refused)), None)
+    if refused is not None:
+        return _refused(p, *refused, created=any(r is Created.CREATED for r in results))
+    if not _existing_are_ours(p, pods, results):
+        return Flow.CONTINUE
+    s.group_start_time, s.restart_after, s.blocked_since = p.now, None, None
+    s.start_time = s.start_time or p.now
+    p.created = [pod["metadata"]["name"] for pod, r in zip(pods, results, strict=True)
+                 if r is Created.CREATED]
+    created = len(p.created)
+    if created:
+        p.emit(Reason.GROUP_CREATED,
+               f"created {created} workers of generation {s.group_generation}")
+    return Flow.CONTINUE
+
+
+def _prepared(p: Pass, owner: Manifest, gang: bool) -> bool:
+    """What a new group needs before its pods: a GPU product, its gang's PodGroup, the
+    Service. (Pods that exist already had all that.)"""
+    if not p.group.has_pods and not (_place_group(p) and (not gang or
+                                                          _ensure_pod_group(p, owner))):
+        return False
+    return _ensure_service(p, owner)
+
+
+def _existing_are_ours(p: Pass, pods: list[Manifest], results: list[Created | Refused]) -> bool:
+    """A pod name that was taken: ours from this generation (a pass that died mid-way), or
+    wait / report a conflict."""
+    for pod, result in zip(pods, results, strict=True):
+        if result is Created.EXISTS:
+            name = pod["metadata"]["name"]
+            found = ownership(p.cluster.get_pod(p.job.namespace, name), p.job.uid,
+                              generation=p.status.group_generation)
+            if found is not Owned.OURS:
+                _wait_or_conflict(p, found, "pod", name)
+                return False
+    return True
+
+
+def _refused(p: Pass, worker: int, refusal: Refused, created: bool) -> Flow:
+    action = refused_start_action(p.job.spec, p.status, p.now, refusal.message,
+                                  quota=refusal.kind is RefusalKind.QUOTA, worker=worker)
+    if refusal.kind is RefusalKind.INVALID:
+        action = Action(ActionKind.FAIL_JOB, Reason.INVALID_POD_TEMPLATE,
+                        f"the API server rejected worker-{worker}'s pod: {refusal.message}")
+    if action.kind is ActionKind.FAIL_JOB:
+        finish(p, Phase.FAILED, action)
+        return Flow.DONE
+    if created or p.group.has_pods:
+        abandon_group(p)  # no partial group waits for peers that will never come
+    s = p.status
+    s.blocked_since = s.blocked_since or p.now
+    s.restart_after = p.now + timedelta(seconds=action.delay_seconds)
+    p.blocked = (Reason.QUOTA_EXCEEDED, action.message)
+    p.wake_in(action.delay_seconds)
+    return Flow.CONTINUE
+
+
+def still_blocked(p: Pass) -> tuple[str, str] | None:
+    """While waiting to retry a group the quota refused (or no GPU product can hold), keep
+    saying so."""
+    if p.status.blocked_since is None:
+        return None
+    old = find(p.job.status.conditions, Type.RUNNING)
+    if old is not None and old.reason in (Reason.QUOTA_EXCEEDED, Reason.NO_GPU_PRODUCT,
+                                          Reason.GANG_UNAVAILABLE):
+        return old.reason, old.message
+    return None
+
+
+def why_not_placed(p: Pass) -> tuple[str, str] | None:
+    """While some workers of the current group are not bound to a node: for a gang, that it
+    waits whole and for what; otherwise, which workers cannot be placed, what the placed ones
+    hold meanwhile and which jobs hold the rest (placement.py)."""
+    generation = str(p.status.group_generation)
+    current = [pod for pod in p.pods
+               if pod["metadata"].get("labels", {}).get(names.LABEL_GROUP_GENERATION)
+               == generation and not pod["metadata"].get("deletionTimestamp")]
+    if not current or all(is_bound(pod) for pod in current):
+        return None
+    workers, spec = p.job.spec.workers, p.job.spec
+    if gang_enabled(spec, p.gang_default):
+        name = pod_group_name(p.job.name, p.status.group_generation)
+        pod_group = p.cluster.get_object(pod_group_path(p.job.namespace, name))
+        message = gang_waiting_message(workers, current, pod_group, spec.gang.scheduler_name,
+                                       p.cluster.cached_all_pods())
+        return (Reason.WAITING_FOR_GANG, message) if message else None
+    message = partial_placement_message(workers, current, p.cluster.cached_all_pods())
+    return (Reason.UNSCHEDULABLE, message) if message else None
+
+
+def _place_group(p: Pass) -> bool:
+    """Choose the GPU product of a new group (gpus.py); False when no single product can
+    hold it."""
+    s, spec = p.status, p.job.spec
+    placement = place(p.cluster.cached_nodes(), spec.workers,
+                      gpus_per_worker(spec.template.as_dict()), spec.gpu_product)
+    if placement.problem is not None:
+        return _hold_back(p, Reason.NO_GPU_PRODUCT, placement.problem)
+    s.gpu_product = placement.product
+    return True
+
+
+def _ensure_pod_group(p: Pass, owner: Manifest) -> bool:
+    """The gang's PodGroup for this generation, before any of its pods (gang.py); False
+    while the PodGroup API is not served or the name is taken."""
+    ns, generation = p.job.namespace, p.status.group_generation
+    if not p.cluster.api_served(API_VERSION, PLURAL):
+        return _hold_back(p, Reason.GANG_UNAVAILABLE,
+                          unavailable_message(p.job.spec.gang.scheduler_name))
+    pod_group = render_pod_group(p.job, generation, owner)
+    if p.cluster.create_object(pod_group_path(ns), pod_group) is Created.CREATED:
+        return True
+    name = pod_group["metadata"]["name"]
+    found = ownership(p.cluster.get_object(pod_group_path(ns, name)), p.job.uid,
+                      generation=generation)
+    if found is Owned.OURS:
+        return True
+    _wait_or_conflict(p, found, "PodGroup", name)
+    return False
+
+
+def _hold_back(p: Pass, reason: str, problem: str) -> bool:
+    """Do not create the group yet, and say why (Running=False, one Warning); after
+    spec.health.startupTimeoutSeconds of this, fail the job. Always False."""
+    s = p.status
+    since = s.blocked_since or p.now
+    waited = (p.now - since).total_seconds()
+    timeout = p.job.spec.health.startup_timeout_seconds
+    if timeout is not None and waited >= timeout:
+        finish(p, Phase.FAILED, Action(ActionKind.FAIL_JOB, Reason.STARTUP_TIMEOUT,
+                                       f"{problem} for {waited:.0f}s "
+                                       "(spec.health.startupTimeoutSeconds)"))
+        return False
+    s.blocked_since = since
+    p.blocked = (reason, problem)
+    p.wake_in(min(30.0, timeout - waited) if timeout is not None else 30.0)
+    return False
+
+
+def _ensure_service(p: Pass, owner: Manifest) -> bool:
+    service = render_service(p.job, owner)
+    try:
+        if p.cluster.create_service(service) is Created.CREATED:
+            return True
+    except Refused as e:
+        finish(p, Phase.FAILED, Action(ActionKind.FAIL_JOB, Reason.POD_REFUSED,
+                                       f"the API server refused the job's Service: {e.message}"))
+        return False
+    name = service["metadata"]["name"]
+    found = ownership(p.cluster.get_service(p.job.namespace, name), p.job.uid, generation=None)
+    if found is Owned.OURS:
+        return True
+    _wait_or_conflict(p, found, "service", name)
+    return False
+
+
+def _wait_or_conflict(p: Pass, found: Owned, kind: str, name: str) -> None:
+    if found is Owned.WAIT:
+        p.wake_in(1)
+        return
+    p.blocked = (Reason.OBJECT_CONFLICT, f"{kind} {name} exists and is not controlled by "
+                                         "this job; delete it or rename the job")
+    p.wake_in(CONFLICT_RETRY_SECONDS)

@@ -1,0 +1,30 @@
+"""Which Events are Warnings — the one rule, for every Event the operator emits."""
+
+from __future__ import annotations
+
+from multiworker.api.conditions import Reason
+from multiworker.decide.observe import PROBLEM_WAITING_REASONS
+
+NORMAL, WARNING = "Normal", "Warning"
+
+_WARNING_REASONS = frozenset({
+    Reason.WORKER_FAILED, Reason.WORKER_DISRUPTED, Reason.PROGRESS_STALLED,
+    Reason.EVICTED_FOR_USAGE, Reason.RESTART_LIMIT_EXCEEDED, Reason.DISRUPTION_LIMIT_EXCEEDED,
+    Reason.EXIT_CODE_FAILS_JOB, Reason.STARTUP_TIMEOUT, Reason.INVALID_SPEC,
+    Reason.INVALID_POD_TEMPLATE, Reason.POD_REFUSED, Reason.QUOTA_EXCEEDED,
+    Reason.UNSCHEDULABLE, Reason.OBJECT_CONFLICT, Reason.STRAGGLER, Reason.STATUS_UNREADABLE,
+    Reason.NO_PROGRESS_SERVER, Reason.BAD_PROGRESS_REPORTS, Reason.STALE_POD_FORCE_DELETED,
+    Reason.RECONCILE_ERROR, Reason.PORT_BLOCKED, Reason.IMAGE_SKEW, Reason.NO_GPU_PRODUCT,
+    Reason.GANG_UNAVAILABLE,
+}) | PROBLEM_WAITING_REASONS
+
+
+def event_type(reason: str) -> str:
+    """Warning for what someone should look at (a failure, a refusal, a stuck start), else
+    Normal."""
+    return WARNING if reason in _WARNING_REASONS else NORMAL
+
+
+def is_problem(reason: str) -> bool:
+    """A why-not-running reason worth an Event of its own whenever its message changes."""
+    return event_type(reason) == WARNING

@@ -1,0 +1,258 @@
+"""One reconcile pass over one job: a flat list of named steps.
+
+stop if finished → delete stale generations → suspend/resume → record progress → success
+policy → failure policy (failures, image skew, lost nodes, stuck starts) → hang policy →
+create the group (creation.py) → Running condition. Jobs the steps cannot run on — an
+unreadable status, an invalid spec — are unrunnable.py's. The status is written once, at the
+end (commit.py), and Events only after
+that write succeeded. A pass reads the job, its pods and nodes from the watch-fed caches and
+decides from them alone, so the operator can be killed at any instant and converges when
+restarted.
+
+Success is checked before failure (unlike JobSet's order): once the chief has finished, its
+peers exiting non-zero on their way out must not restart a finished job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from datetime import datetime, timedelta
+from typing import Any
+
+from multiworker.api.conditions import Reason, Type
+from multiworker.api.job import InvalidJobSpec, Job
+from multiworker.api.spec import CleanPodPolicy
+from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus
+from multiworker.clients.kube import Conflict, Gone, PodDeletion
+from multiworker.decide.hang import find_stall
+from multiworker.decide.nodes import NodeTrouble, node_trouble
+from multiworker.decide.observe import WorkerPhase, observe_group
+from multiworker.decide.policy import (
+    ActionKind,
+    failure_action,
+    hang_action,
+    lost_node_deadline,
+    startup_deadline,
+    success_action,
+)
+from multiworker.decide.progress import GroupHealth
+from multiworker.logs import job_logger
+from multiworker.reconcile.commit import commit
+from multiworker.reconcile.context import ClusterIO, Flow, Outcome, Pass
+from multiworker.reconcile.creation import ensure_workers, still_blocked, why_not_placed
+from multiworker.reconcile.gang import pod_group_path
+from multiworker.reconcile.reporting import current_health, poll_targets, record_progress
+from multiworker.reconcile.transitions import (
+    apply,
+    forget_group,
+    group_running,
+    not_running,
+    waiting_for,
+)
+from multiworker.reconcile.unrunnable import fail_invalid_spec, refuse_unreadable_status
+
+Manifest = dict[str, Any]
+
+# A stale pod still there this long after its deletion deadline may be force-deleted — but
+# only if its node is gone or unreachable (else its kubelet is still stopping it).
+FORCE_DELETE_AFTER = timedelta(seconds=30)
+
+
+def reconcile(
+    cluster: ClusterIO, namespace: str, name: str, now: datetime,
+    health: GroupHealth | None = None, expected: Collection[str] = (),
+    gang_default: bool = False,
+) -> Outcome:
+    """One pass; `health` is the workers' progress as last polled (poller.py), `expected`
+    the pods this operator created that the cache has not shown yet, `gang_default` whether
+    jobs that leave spec.gang.enabled unset are gang-scheduled."""
+    body = cluster.cached_job(namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return Outcome(gone=True)
+    try:
+        job = Job.from_body(body)
+    except UnreadableStatus as e:
+        return refuse_unreadable_status(cluster, body, e.problems, now)
+    except InvalidJobSpec as e:
+        return fail_invalid_spec(cluster, body, e.problems, now)
+    status = job.status
+    pods = cluster.cached_pods(namespace, name)
+    group = observe_group(
+        pods, job=name, job_uid=job.uid, workers=job.spec.workers,
+        generation=status.group_generation, container=job.spec.template.trainer_container(),
+        expected=expected,
+    )
+    troubles = _troubles(cluster, {w.node for w in group.workers} | {s.node for s in group.stale})
+    log = job_logger(namespace, name, status.group_generation)
+    p = Pass(cluster, body, job, group, troubles, now, status.model_copy(deep=True), log,
+             health, pods=pods, gang_default=gang_default)
+    for step in STEPS:
+        if step(p) is Flow.DONE:
+            break
+    try:
+        written = commit(p)
+    except Conflict:
+        log.debug("the job changed during this pass: reading it again")
+        return Outcome(requeue=0)
+    except Gone:
+        return Outcome(gone=True)
+    read = str(body["metadata"].get("resourceVersion", ""))
+    return Outcome(requeue=p.requeue, targets=poll_targets(p), created=tuple(p.created),
+                   written=(read, written) if written is not None else None)
+
+
+# --- the steps, in order ---
+
+
+def stop_if_finished(p: Pass) -> Flow:
+    """A finished job only cleans its pods up and, after its TTL, deletes itself."""
+    if p.job.status.phase not in TERMINAL_PHASES:
+        return Flow.CONTINUE
+    _clean_finished_pods(p)
+    ttl, completed = p.job.spec.ttl_seconds_after_finished, p.status.completion_time
+    if ttl is not None and completed is not None:
+        deadline = completed + timedelta(seconds=ttl)
+        if p.now >= deadline:
+            p.log.info("deleting the job: finished %ss ago (ttlSecondsAfterFinished)", ttl)
+            p.cluster.delete_job(p.job.namespace, p.job.name, p.job.uid)
+            p.deleted = True
+        else:
+            p.wake_at(deadline)
+    return Flow.DONE
+
+
+def delete_stale_pods(p: Pass) -> Flow:
+    """Pods of an earlier generation go first; their names are reused by the new group.
+
+    A pod of a *later* generation means another instance moved the job on after this pass
+    read it (the status is written before the pods of a new generation exist): write nothing.
+    A stale pod that outlives its grace period is force-deleted only when its node is gone or
+    unreachable — a live kubelet is still stopping it, and the old chief may still be writing
+    its checkpoint.
+    """
+    if any(pod.generation is not None and pod.generation > p.status.group_generation
+           for pod in p.group.stale):
+        p.outdated = True
+        p.wake_in(1)
+        return Flow.DONE
+    ns, deletions = p.job.namespace, []
+    for pod in p.group.stale:
+        if pod.deletion is None:
+            p.log.info("deleting %s of generation %s", pod.name, pod.generation)
+            deletions.append(PodDeletion(ns, pod.name, pod.uid))
+            continue
+        due = pod.deletion + FORCE_DELETE_AFTER
+        trouble = p.troubles.get(pod.node)
+        if trouble is None or p.now < due:
+            p.wake_at(due if trouble is not None else None)
+            continue
+        message = (f"force-deleting {pod.name} of generation {pod.generation}: its grace "
+                   f"period ended and {trouble.describe()}, so no kubelet will stop it")
+        p.log.warning("%s", message)
+        p.emit(Reason.STALE_POD_FORCE_DELETED, message)
+        deletions.append(PodDeletion(ns, pod.name, pod.uid, grace=0))
+    p.cluster.delete_pods(deletions)
+    # A gang's PodGroup (one per generation, gang.py) goes with its pods, once.
+    for pod_group in sorted({pod.pod_group for pod in p.group.stale
+                             if pod.pod_group and pod.deletion is None}):
+        p.cluster.delete_object(pod_group_path(ns, pod_group))
+    return Flow.CONTINUE
+
+
+def suspend_or_resume(p: Pass) -> Flow:
+    s, suspended = p.status, p.job.status.phase is Phase.SUSPENDED
+    if p.job.spec.suspend:
+        if not suspended:
+            if p.group.has_pods or s.group_start_time is not None:
+                s.group_generation += 1  # the running group is now stale: deleted next pass
+                forget_group(s)
+            s.group_start_time = s.restart_after = s.recovering_since = None
+            s.blocked_since = None
+            message = (f"suspended: workers deleted; resuming starts generation "
+                       f"{s.group_generation} from the last checkpoint")
+            p.condition(Type.SUSPENDED, "True", Reason.SUSPENDED, message)
+            p.emit(Reason.SUSPENDED, message)
+            p.wake_in(0)
+        return Flow.DONE
+    if suspended:
+        message = f"resumed: starting generation {s.group_generation}"
+        p.condition(Type.SUSPENDED, "False", Reason.RESUMED, message)
+        p.emit(Reason.RESUMED, message)
+    return Flow.CONTINUE
+
+
+def success_policy(p: Pass) -> Flow:
+    return Flow.DONE if apply(p, success_action(p.job.spec, p.group)) else Flow.CONTINUE
+
+
+def failure_policy(p: Pass) -> Flow:
+    action = failure_action(
+        p.job.spec, p.status, p.group, group_started=p.status.group_start_time is not None,
+        now=p.now, troubles=p.troubles,
+    )
+    if action.kind is ActionKind.NONE:
+        p.wake_at(lost_node_deadline(p.job.spec, p.group, p.troubles))
+        return Flow.CONTINUE
+    apply(p, action)
+    return Flow.DONE if action.kind is not ActionKind.WAIT else Flow.CONTINUE
+
+
+def hang_policy(p: Pass) -> Flow:
+    """Restart the group (spending a restart) when no worker advanced for
+    spec.health.progressTimeoutSeconds (hang.py); the worker that stopped first is blamed."""
+    if not p.group.all_running or p.group.stale:
+        return Flow.CONTINUE
+    stall = find_stall(current_health(p), p.job.spec.health.progress_timeout_seconds)
+    return Flow.DONE if apply(p, hang_action(p.job.spec, p.status, stall)) else Flow.CONTINUE
+
+
+def compute_status(p: Pass) -> Flow:
+    """The Running condition from the observed group (the phase follows in commit.py)."""
+    group = p.group
+    if group.all_running and not group.stale:
+        group_running(p)
+        return Flow.CONTINUE
+    reason, message = p.blocked or still_blocked(p) or why_not_placed(p) or waiting_for(p)
+    not_running(p, reason, message)
+    p.wake_at(startup_deadline(p.job.spec, group))
+    return Flow.CONTINUE
+
+
+STEPS: tuple[Callable[[Pass], Flow], ...] = (
+    stop_if_finished,
+    delete_stale_pods,
+    suspend_or_resume,
+    record_progress,
+    success_policy,
+    failure_policy,
+    hang_policy,
+    ensure_workers,  # creation.py
+    compute_status,
+)
+
+
+# --- helpers of the steps ---
+
+
+def _troubles(cluster: ClusterIO, node_names: set[str]) -> dict[str, NodeTrouble]:
+    found = {}
+    for node in node_names - {""}:
+        trouble = node_trouble(node, cluster.cached_node(node))
+        if trouble is not None:
+            found[node] = trouble
+    return found
+
+
+def _clean_finished_pods(p: Pass) -> None:
+    """Delete what spec.cleanPodPolicy says: pods still running, or all of them."""
+    everything = p.job.spec.clean_pod_policy is CleanPodPolicy.ALL
+    active = (WorkerPhase.RUNNING, WorkerPhase.PENDING, WorkerPhase.STARTING)
+    ns = p.job.namespace
+    deletions = [PodDeletion(ns, w.pod, w.uid) for w in p.group.workers
+                 if not w.terminating and w.phase is not WorkerPhase.MISSING and w.uid
+                 and (everything or w.phase in active)]
+    deletions += [PodDeletion(ns, pod.name, pod.uid) for pod in p.group.stale
+                  if pod.deletion is None]
+    p.cluster.delete_pods(deletions)
+
+

@@ -1,0 +1,143 @@
+"""Pure renderers: the Service, the worker pods and TF_CONFIG.
+
+Every input is an argument (the owner too); no environment reads, no clock, no client.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import posixpath
+from typing import Any
+
+from multiworker.api import contract, names
+from multiworker.api.job import Job
+from multiworker.decide.gpus import PRODUCT_LABEL
+
+Manifest = dict[str, Any]
+
+# Lets the last lines of a crashed trainer's log show up in the pod status and our Events.
+_TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
+
+
+def owner_reference(job: Job) -> Manifest:
+    """The controller reference every object of the job carries (garbage collection)."""
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "name": job.name,
+        "uid": job.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def tf_config(job: str, namespace: str, workers: int, port: int, index: int) -> Manifest:
+    """TF_CONFIG for worker `index` as data: every worker's address and this worker's task."""
+    return {
+        "cluster": {
+            "worker": [names.worker_address(job, namespace, i, port) for i in range(workers)]
+        },
+        "task": {"type": "worker", "index": index},
+    }
+
+
+def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
+    """The environment contract (docs/contracts.md) for worker `index` of `generation`."""
+    spec = job.spec
+    config = tf_config(job.name, job.namespace, spec.workers, spec.port, index)
+    values: dict[str, str] = {
+        contract.TF_CONFIG: json.dumps(config, separators=(",", ":")),
+        contract.MWJ_JOB_NAME: job.name,
+        contract.MWJ_JOB_NAMESPACE: job.namespace,
+        contract.MWJ_JOB_UID: job.uid,
+        contract.MWJ_NUM_WORKERS: str(spec.workers),
+        contract.MWJ_WORKER_INDEX: str(index),
+        contract.MWJ_RESTART_COUNT: str(generation),
+        contract.MWJ_PROGRESS_PORT: str(spec.health.progress_port),
+        contract.MWJ_PEER_TIMEOUT_SECONDS: str(spec.health.peer_timeout_seconds),
+        contract.MWJ_COLLECTIVE_TIMEOUT_SECONDS: str(spec.health.collective_timeout_seconds),
+    }
+    checkpoint = spec.checkpoint
+    if checkpoint is not None:
+        own = names.checkpoint_subdir(job.namespace, job.name, job.uid)
+        values[contract.MWJ_CHECKPOINT_DIR] = posixpath.join(checkpoint.mount_path, own)
+        if checkpoint.resume_from is not None:
+            resume_dir = posixpath.join(checkpoint.mount_path, checkpoint.resume_from)
+            values[contract.MWJ_RESUME_FROM_DIR] = posixpath.normpath(resume_dir)
+    return [{"name": name, "value": value} for name, value in values.items()]
+
+
+def render_service(job: Job, owner: Manifest) -> Manifest:
+    """The headless Service that gives `<job>-worker-<i>.<job>.<ns>.svc` to every worker,
+    published before the workers are ready so they can find each other while starting."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": names.service_name(job.name),
+            "namespace": job.namespace,
+            "labels": names.job_selector(job.name),
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": names.job_selector(job.name),
+            "ports": [{"name": "tf", "port": job.spec.port, "targetPort": job.spec.port}],
+        },
+    }
+
+
+def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
+                      image: str | None = None, gpu_product: str | None = None) -> Manifest:
+    """Worker `index` of group `generation`, built from spec.template; `image` replaces the
+    training container's (a pinned digest), `gpu_product` selects nodes of one GPU model."""
+    template = job.spec.template.as_dict()
+    metadata = template.get("metadata") or {}
+    pod_spec = copy.deepcopy(template["spec"])
+    pod_spec["hostname"] = names.worker_name(job.name, index)
+    pod_spec["subdomain"] = names.service_name(job.name)
+    pod_spec["restartPolicy"] = "Never"
+
+    trainer_name = job.spec.template.trainer_container()
+    trainer = next(c for c in pod_spec["containers"] if c["name"] == trainer_name)
+    ours = worker_env(job, index, generation)
+    reserved = {e["name"] for e in ours}
+    # Ours first, so the user's variables can refer to them as $(MWJ_WORKER_INDEX).
+    trainer["env"] = ours + [e for e in trainer.get("env", []) if e.get("name") not in reserved]
+    if image is not None:
+        trainer["image"] = image
+    if gpu_product is not None:
+        pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}),
+                                    PRODUCT_LABEL: gpu_product}
+    trainer.setdefault("terminationMessagePolicy", _TERMINATION_MESSAGE_POLICY)
+    if job.spec.checkpoint is not None:
+        _mount_checkpoint(pod_spec, trainer, job.spec.checkpoint.claim_name,
+                          job.spec.checkpoint.mount_path)
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": names.worker_name(job.name, index),
+            "namespace": job.namespace,
+            "labels": {**metadata.get("labels", {}),
+                       **names.worker_labels(job.name, index, generation)},
+            "annotations": dict(metadata.get("annotations", {})),
+            "ownerReferences": [owner],
+        },
+        "spec": pod_spec,
+    }
+
+
+def _mount_checkpoint(
+    pod_spec: Manifest, trainer: Manifest, claim_name: str, mount_path: str
+) -> None:
+    volume = {"name": names.CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}}
+    volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") != names.CHECKPOINT_VOLUME]
+    pod_spec["volumes"] = [*volumes, volume]
+    mounts = [
+        m for m in trainer.get("volumeMounts", []) if m.get("name") != names.CHECKPOINT_VOLUME
+    ]
+    trainer["volumeMounts"] = [*mounts, {"name": names.CHECKPOINT_VOLUME, "mountPath": mount_path}]

@@ -1,0 +1,159 @@
+"""Status transitions of a pass: what a decision (policy.Action) does to the job's status.
+
+Each transition changes only the in-memory status and queues Events and metrics; commit.py
+writes the status once and emits the Events only after that succeeded. `apply` is the one
+dispatch from an Action to a transition.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from multiworker.api.conditions import Reason, Type
+from multiworker.api.status import FailureRecord, JobStatus, Phase
+from multiworker.clients import metrics
+from multiworker.decide.observe import WorkerPhase
+from multiworker.decide.policy import Action, ActionKind
+from multiworker.reconcile.context import Pass
+from multiworker.reconcile.events import is_problem
+
+
+def apply(p: Pass, action: Action) -> bool:
+    """Carry out a decision; whether it ended the pass's decisions (anything but NONE)."""
+    kind = action.kind
+    if kind is ActionKind.NONE:
+        return False
+    if kind is ActionKind.WAIT:
+        p.wake_in(action.delay_seconds)
+    elif kind is ActionKind.FAIL_JOB:
+        finish(p, Phase.FAILED, action)
+    elif kind is ActionKind.SUCCEED:
+        finish(p, Phase.SUCCEEDED, action)
+    else:
+        restart_group(p, action)
+    return True
+
+
+def restart_group(p: Pass, action: Action) -> None:
+    """Move the job to the next generation: the current pods become stale (deleted by the
+    next pass) and the new group starts after the backoff."""
+    s, counted = p.status, action.kind is ActionKind.RESTART_GROUP
+    if action.culprit is not None:
+        s.last_failure = failure_record(p, action)
+    s.group_generation += 1
+    s.group_start_time = None
+    if counted:
+        s.restarts += 1
+    else:
+        s.disruptions += 1
+    s.restart_after = p.now + timedelta(seconds=action.delay_seconds) \
+        if action.delay_seconds else None
+    s.recovering_since = s.recovering_since or p.now
+    if action.pin_image is not None:
+        s.pinned_image = action.pin_image
+    forget_group(s)
+    p.condition(Type.RESTARTING, "True", action.reason, action.message)
+    p.emit(action.reason, action.message)
+    p.log.warning("%s", action.message)
+    reason = action.culprit.reason if action.culprit else action.reason
+    p.after_write.append(
+        lambda: metrics.GROUP_RESTARTS.labels(reason=reason, counted=str(counted).lower()).inc()
+    )
+    p.wake_in(0)
+
+
+def abandon_group(p: Pass) -> None:
+    """Give up the current generation without counting anything (its pods could not all be
+    created): its pods become stale, and the next attempt starts a fresh generation."""
+    p.status.group_generation += 1
+    p.status.group_start_time = None
+    forget_group(p.status)
+
+
+def finish(p: Pass, phase: Phase, action: Action) -> None:
+    """Succeeded or Failed, for good: the condition says why, the next pass cleans up."""
+    s = p.status
+    s.completion_time = p.now
+    s.restart_after = s.recovering_since = s.blocked_since = None
+    s.stragglers = []
+    if phase is Phase.FAILED:
+        if action.culprit is not None:
+            s.last_failure = failure_record(p, action)
+        p.condition(Type.FAILED, "True", action.reason, action.message)
+        p.emit(action.reason, f"job failed: {action.message}")
+        p.log.warning("job failed: %s", action.message)
+    else:
+        p.condition(Type.SUCCEEDED, "True", action.reason, action.message)
+        p.emit(action.reason, f"job succeeded: {action.message}")
+        p.log.info("job succeeded: %s", action.message)
+    p.wake_in(0)  # the next pass cleans the pods up
+
+
+def forget_group(s: JobStatus) -> None:
+    """What described the old group: the next one has not restored or reported anything."""
+    s.stragglers = []
+    s.bad_progress_reports = 0
+    if s.progress is not None:
+        s.progress = s.progress.model_copy(update={"resumed_from_step": None})
+
+
+def failure_record(p: Pass, action: Action) -> FailureRecord:
+    c = action.culprit
+    assert c is not None
+    return FailureRecord(
+        worker=c.worker, generation=p.group.generation, reason=c.reason or action.reason,
+        exit_code=c.exit_code, message=c.message or c.description, time=p.now,
+        action=action.kind.value,
+    )
+
+
+def not_running(p: Pass, reason: str, message: str) -> None:
+    """Running=False with why; a problem gets a Warning Event whenever its message changes."""
+    old = next((c for c in p.job.status.conditions if c.type == Type.RUNNING), None)
+    if is_problem(reason) and (old is None or old.message != message):
+        p.emit(reason, message)
+    p.condition(Type.RUNNING, "False", reason, message)
+
+
+def waiting_for(p: Pass) -> tuple[str, str]:
+    """Why the group is not running yet, naming one worker that holds it up."""
+    s, group = p.status, p.group
+    if group.stale:
+        return Reason.WORKERS_PENDING, (
+            f"waiting for {len(group.stale)} pods of an earlier generation to terminate")
+    if s.restart_after is not None and p.now < s.restart_after:
+        seconds = int((s.restart_after - p.now).total_seconds())
+        return Reason.WORKERS_PENDING, f"restart backoff: the next group starts in {seconds}s"
+    waiting = [w for w in group.workers
+               if w.phase in (WorkerPhase.PENDING, WorkerPhase.STARTING, WorkerPhase.MISSING)]
+    if not waiting:
+        return Reason.WORKERS_STARTING, "waiting for workers to start"
+    worker = min(waiting, key=lambda w: (not is_problem(w.reason),
+                                         w.phase is not WorkerPhase.PENDING, w.index))
+    detail = f"{worker.reason}: {worker.message}" if worker.message else worker.reason
+    if worker.phase is WorkerPhase.MISSING:
+        return Reason.WORKERS_PENDING, f"creating {len(waiting)} workers"
+    if worker.phase is WorkerPhase.PENDING:
+        unschedulable = worker.reason == Reason.UNSCHEDULABLE
+        reason = Reason.UNSCHEDULABLE if unschedulable else Reason.WORKERS_PENDING
+        return reason, f"worker-{worker.index} is not scheduled yet ({detail})"
+    if is_problem(worker.reason):
+        return worker.reason, f"worker-{worker.index} cannot start ({detail})"
+    return Reason.WORKERS_STARTING, f"worker-{worker.index} is starting ({detail})"
+
+
+def group_running(p: Pass) -> None:
+    s, old = p.status, p.job.status
+    n, generation = len(p.group.workers), s.group_generation
+    p.condition(Type.RUNNING, "True", Reason.ALL_WORKERS_RUNNING,
+                f"all {n} workers of generation {generation} are running")
+    if s.recovering_since is not None:
+        seconds = round((p.now - s.recovering_since).total_seconds(), 3)
+        s.last_recovery_seconds, s.recovering_since = seconds, None
+        p.emit(Reason.GROUP_RECOVERED,
+               f"recovered: all {n} workers of generation {generation} running {seconds:g}s "
+               "after the failure")
+        p.after_write.append(lambda: metrics.RECOVERY_SECONDS.observe(seconds))
+    elif old.phase is not Phase.RUNNING and generation == 0 and p.job.created is not None:
+        startup = (p.now - p.job.created).total_seconds()
+        p.after_write.append(lambda: metrics.STARTUP_SECONDS.observe(startup))

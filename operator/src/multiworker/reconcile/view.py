@@ -1,0 +1,102 @@
+"""What a reconcile pass sees: the watch-fed caches for reads — with the operator's own latest
+status write laid over a job the cache has not caught up with yet — and the API server for
+writes. The controller hands one View to every pass (context.ClusterIO)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from multiworker.clients.informer import Key, Store
+from multiworker.clients.kube import Cluster, Created, PodDeletion, Refused
+
+Manifest = dict[str, Any]
+
+
+@dataclass
+class View:
+    """What a pass reads (caches, with our own latest status write laid over a job the cache
+    has not caught up with) and writes (the API server)."""
+
+    cluster: Cluster
+    job_store: Store
+    pod_store: Store
+    node_store: Store
+    written: dict[Key, tuple[str, Manifest]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def cached_job(self, namespace: str, name: str) -> Manifest | None:
+        cached = self.job_store.get((namespace, name))
+        with self._lock:
+            ours = self.written.get((namespace, name))
+            if ours is None or cached is None:
+                return cached
+            if cached["metadata"].get("resourceVersion") == ours[0]:
+                return ours[1]  # the cache still shows the version our write replaced
+            del self.written[(namespace, name)]
+        return cached
+
+    def remember_write(self, key: Key, read_version: str, body: Manifest) -> None:
+        """Until the cache shows a newer version than `read_version`, passes read `body`."""
+        with self._lock:
+            self.written[key] = (read_version, body)
+
+    def forget(self, key: Key) -> None:
+        with self._lock:
+            self.written.pop(key, None)
+
+    def cached_pods(self, namespace: str, job: str) -> list[Manifest]:
+        return self.pod_store.by_index((namespace, job))
+
+    def cached_node(self, name: str) -> Manifest | None:
+        return self.node_store.get(("", name))
+
+    def cached_all_pods(self) -> list[Manifest]:
+        """Every pod the operator watches (all jobs'): who holds what, for placement
+        messages."""
+        return [pod for key in self.pod_store if (pod := self.pod_store.get(key))]
+
+    def cached_nodes(self) -> list[Manifest]:
+        return [node for key in self.node_store if (node := self.node_store.get(key))]
+
+    # writes: straight to the API server
+    def patch_job_status(self, namespace: str, name: str, status: Manifest,
+                         resource_version: str) -> str:
+        return self.cluster.patch_job_status(namespace, name, status, resource_version)
+
+    def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        self.cluster.delete_job(namespace, name, uid)
+
+    def get_pod(self, namespace: str, name: str) -> Manifest | None:
+        return self.cluster.get_pod(namespace, name)
+
+    def get_service(self, namespace: str, name: str) -> Manifest | None:
+        return self.cluster.get_service(namespace, name)
+
+    def create_pods(self, pods: Sequence[Manifest]) -> list[Created | Refused]:
+        return self.cluster.create_pods(pods)
+
+    def create_service(self, service: Manifest) -> Created:
+        return self.cluster.create_service(service)
+
+    def delete_pods(self, deletions: Sequence[PodDeletion]) -> None:
+        self.cluster.delete_pods(deletions)
+
+    def api_served(self, group_version: str, plural: str) -> bool:
+        return self.cluster.api_served(group_version, plural)
+
+    def create_object(self, path: str, manifest: Manifest) -> Created:
+        return self.cluster.create_object(path, manifest)
+
+    def get_object(self, path: str) -> Manifest | None:
+        return self.cluster.get_object(path)
+
+    def delete_object(self, path: str) -> None:
+        self.cluster.delete_object(path)
+
+    def emit_event(self, job: Manifest, type_: str, reason: str, message: str,
+                   now: datetime) -> None:
+        self.cluster.emit_event(job, type_, reason, message, now)

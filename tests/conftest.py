@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +57,18 @@ def pause_installed_operators(cluster: Cluster) -> list[tuple[str, str, int]]:
                             "--replicas=0")
             paused.append((meta["namespace"], meta["name"], int(replicas)))
     return paused
+
+
+@pytest.fixture(scope="session")
+def fake_nodes(cluster: Cluster) -> Iterator[list[str]]:
+    """Two kwok fake nodes for pods that need not run (deleted at the end of the session)."""
+    if cluster.kind != "local":
+        pytest.skip("kwok fake nodes are set up on the local cluster only")
+    script = str(REPO / "hack/cluster/fake-nodes.sh")
+    env = {**os.environ, **cluster.env}
+    subprocess.run([script, "2", "8"], check=True, env=env, timeout=300)
+    yield ["fake-0", "fake-1"]
+    subprocess.run([script, "--delete"], check=False, env=env, timeout=300)
 
 
 @pytest.fixture(scope="session")

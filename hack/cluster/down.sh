@@ -44,7 +44,8 @@ if [ -d "$kubelet_root" ]; then
 fi
 grep -o " $run/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
 for ns in $(ip netns list 2>/dev/null | awk '/^cni-/{print $1}'); do ip netns delete "$ns" 2>/dev/null; done
-ip link delete "$bridge" 2>/dev/null
+ip link delete "$bridge" 2>/dev/null   # takes the service route through it along
+unguard_ranges local "$range_metric"
 rm -rf "$run"
 say "cluster down"
 exit 0

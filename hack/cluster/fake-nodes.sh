@@ -2,17 +2,19 @@
 # Fake nodes for scale tests and benchmarks, simulated by kwok (stages in kwok/stages.yaml).
 # Each fake-<i> advertises GPUS nvidia.com/gpu, carries the label `type: kwok` and the taint
 # multiworker.dev/fake-node=true:NoSchedule, so only pods that tolerate it land there; kwok marks
-# those pods Running and Ready (pod IPs from $fake_cidr with nothing behind them) without running
-# anything, and removes them at once when they are deleted.
+# those pods Running and Ready (pod IPs from $fake_pod_cidr with nothing behind them) without running
+# anything, and removes them at once when they are deleted. Their pod and node ranges
+# ($fake_pod_cidr, $fake_node_cidr in lib.sh) are locally unreachable (ranges.sh): a connection
+# to a fake pod fails at once with "No route to host" and never leaves the machine.
 #   fake-nodes.sh N [GPUS]   exactly N fake nodes (fake-0 .. fake-N-1), GPUS each (default 8);
 #                            idempotent: existing nodes are updated, extra ones deleted
 #   fake-nodes.sh --delete   delete every fake node and stop kwok (down.sh stops kwok too)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 selector=multiworker.dev/fake-node=true
-fake_cidr=10.89.0.0/16   # pod IPs; fake node IPs are 10.90.x.y (both outside the real cluster's)
 proxy_port=$((api_port + 1))  # kwok/watch-proxy.py, when needed
 kc get --raw /readyz >/dev/null 2>&1 || die "the local cluster is not up (make cluster-up)"
+guard_local_ranges   # a cluster brought up before the guards existed gets them now
 
 delete_nodes() { # NAME...: delete and wait until gone (pod GC removes their pods within ~1 min)
   [ $# -gt 0 ] || return 0
@@ -51,7 +53,7 @@ broken_watch() {
 for fd in /proc/$$/fd/*; do
   [[ $(readlink "$fd" 2>/dev/null) == *.lock ]] && eval "exec ${fd##*/}>&-"
 done
-kwok_args=(--config "$here/kwok/stages.yaml" --cidr "$fake_cidr"
+kwok_args=(--config "$here/kwok/stages.yaml" --cidr "$fake_pod_cidr"
            --manage-nodes-with-label-selector "$selector")
 # A kwok started with other stages is restarted with these.
 config_hash=$(sha256sum < "$here/kwok/stages.yaml" | cut -c1-16)
@@ -87,7 +89,7 @@ metadata:
 spec:
   taints: [{key: multiworker.dev/fake-node, value: "true", effect: NoSchedule}]
 status:
-  addresses: [{type: InternalIP, address: 10.90.$((i / 256)).$((i % 256))}]
+  addresses: [{type: InternalIP, address: ${fake_node_cidr%.0.0/16}.$((i / 256)).$((i % 256))}]
   allocatable: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "$gpus"}
   capacity: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "$gpus"}
 ---

@@ -19,11 +19,18 @@ gateway=10.88.0.1                      # bridge address: API advertise address, 
 pod_cidr=10.88.0.0/16
 service_cidr=10.96.0.0/16
 api_service_ip=10.96.0.1
+# kwok's fake nodes (fake-nodes.sh): pod IPs and node addresses with nothing behind them.
+fake_pod_cidr=10.89.0.0/16
+fake_node_cidr=10.90.0.0/16
+range_metric=4201   # tags this cluster's unreachable routes (ranges.sh)
 etcd_port=12379
 api_port=6443
 
 export PATH="$bin:$PATH"
 kubeconfig=$state/kubeconfig
+
+# shellcheck source=ranges.sh
+source "$here/ranges.sh"
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
@@ -93,3 +100,18 @@ start_always() {
 }
 
 kc() { kubectl --kubeconfig "$kubeconfig" "$@"; }
+
+# guard_local_ranges: every range this cluster hands out is served here or unreachable
+# (ranges.sh). Service IPs are routed to the bridge: for processes on this host kube-proxy
+# rewrites a ClusterIP only after the route lookup, so an `unreachable` route alone would break
+# them; with this route the lookup succeeds, allocated ClusterIPs are rewritten to pods, and an
+# unallocated one stays on the bridge (no neighbour answers: "No route to host").
+guard_local_ranges() {
+  guard_ranges local "$range_metric" "$pod_cidr=pods (bridge $bridge)" \
+    "$service_cidr=services (kube-proxy, via bridge $bridge)" \
+    "$fake_pod_cidr=kwok fake pods (nothing behind them)" \
+    "$fake_node_cidr=kwok fake nodes (nothing behind them)"
+  if ip link show "$bridge" >/dev/null 2>&1; then
+    ip route replace "$service_cidr" dev "$bridge" src "$gateway"
+  fi
+}

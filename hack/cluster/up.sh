@@ -25,6 +25,7 @@ healthy() {
 }
 if [ -f "$kubeconfig" ] && healthy; then
   log "cluster already up (kubeconfig: $kubeconfig)"
+  guard_local_ranges
   [ -z "$gang" ] || "$here/gang.sh"
   exit 0
 fi
@@ -41,6 +42,8 @@ modprobe br_netfilter 2>/dev/null && sysctl -qw net.bridge.bridge-nf-call-iptabl
 ip link show "$bridge" >/dev/null 2>&1 || ip link add "$bridge" type bridge
 ip addr replace "$gateway/16" dev "$bridge"
 ip link set "$bridge" up
+log "address ranges: served here or unreachable (ranges.sh)"
+guard_local_ranges
 
 log "etcd"
 rm -rf "$state/etcd" "$run/cni-ipam"

@@ -10,6 +10,11 @@ bin=$cache/bin
 export PATH="$bin:$PATH"
 
 cluster_name=multiworker
+# The cluster's pod and service ranges (kind's defaults, written into its config) and the tag of
+# its unreachable routes on this host (hack/cluster/ranges.sh).
+pod_subnet=10.244.0.0/16      # the node image's mw-cni unit gives node n 10.244.n.0/24
+service_subnet=10.96.0.0/16
+range_metric=4202
 workers=${MW_KIND_WORKERS:-2}
 node_gpus=${MW_NODE_GPUS:-4}
 state=$repo/.cluster                        # kind-kubeconfig, kind.env, kind-config.yaml
@@ -30,6 +35,9 @@ engine_data=$cache/kind/docker
 # The offline node image and what it is built from.
 node_repo=multiworker.local/kind-node
 kind_work=$cache/kind                       # rootfs tarball and build keys
+
+# shellcheck source=hack/cluster/ranges.sh
+source "$repo/hack/cluster/ranges.sh"
 
 log() { printf '[kind] %s\n' "$*" >&2; }
 die() { printf '[kind] error: %s\n' "$*" >&2; exit 1; }

@@ -45,9 +45,13 @@ kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 name: $cluster_name
 EOF
+  cat <<EOF
+networking:
+  podSubnet: $pod_subnet
+  serviceSubnet: $service_subnet
+EOF
   if [ "$offline" = 1 ]; then
     cat <<EOF
-networking:
   disableDefaultCNI: true   # no kindnetd image offline: the node image's mw-cni service instead
 EOF
   fi
@@ -151,6 +155,16 @@ if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1; then
 else
   log "warning: not root: pod IPs are not reachable from this host (no routes added)"
 fi
+# Every range the cluster hands out is served here or unreachable (ranges.sh): the docker
+# network's subnets (its bridge serves them), pod subnets (the routes above serve the nodes'
+# own; the rest of the range has nothing behind it) and services (served inside the nodes only).
+network_ranges=()
+for cidr in $(docker network inspect kind -f '{{range .IPAM.Config}}{{.Subnet}} {{end}}'); do
+  network_ranges+=("$cidr=kind nodes (docker network kind, its bridge)")
+done
+guard_ranges kind "$range_metric" "${network_ranges[@]}" \
+  "$pod_subnet=kind pods (a route to each node's subnet)" \
+  "$service_subnet=kind services (kube-proxy inside the nodes)"
 
 {
   echo "# Written by hack/kind/up.sh: how to reach the kind cluster (source it in a shell)."

@@ -10,8 +10,6 @@ while holding the cluster (`flock /tmp/mw-cluster.lock ...`), never beside other
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,18 +69,6 @@ def control(cluster: Cluster) -> ControlPlane:
     if cluster.kind != "local":
         pytest.skip("stopping the control plane needs the local cluster (CLUSTER=local)")
     return ControlPlane()
-
-
-@pytest.fixture(scope="session")
-def fake_nodes(cluster: Cluster) -> Iterator[list[str]]:
-    """Two kwok fake nodes for jobs whose pods need not run (deleted at the end)."""
-    if cluster.kind != "local":
-        pytest.skip("kwok fake nodes are set up on the local cluster only")
-    script = str(REPO / "hack/cluster/fake-nodes.sh")
-    env = {**os.environ, **cluster.env}
-    subprocess.run([script, "2", "8"], check=True, env=env, timeout=300)
-    yield ["fake-0", "fake-1"]
-    subprocess.run([script, "--delete"], check=False, env=env, timeout=300)
 
 
 @pytest.fixture(autouse=True)

@@ -289,7 +289,7 @@ def bare_api_server(cluster: Cluster, tmp_path: Path) -> Iterator[Cluster]:
           "--tls-cert-file", str(pki / "apiserver.crt"),
           "--tls-private-key-file", str(pki / "apiserver.key"),
           "--client-ca-file", str(pki / "ca.crt"), "--authorization-mode", "RBAC",
-          "--service-cluster-ip-range", "10.97.0.0/16",
+          "--service-cluster-ip-range", "10.96.0.0/16",  # the local cluster's: guarded (ranges.sh)
           "--service-account-key-file", str(pki / "sa.pub"),
           "--service-account-signing-key-file", str(pki / "sa.key"),
           "--service-account-issuer", "https://kubernetes.default.svc.cluster.local")

@@ -260,16 +260,47 @@ def test_a_worker_on_a_lost_node_restarts_the_group_as_a_disruption() -> None:
         "(Kubelet stopped posting node status.)")
 
 
-@pytest.mark.parametrize(("node", "reason"), [
-    (None, "Gone"),
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}  # no time
+
+
+@pytest.mark.parametrize(("node", "reason", "since"), [
+    (None, "Gone", None),
     ({"spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
-                           "timeAdded": stamp(3)}]}}, "Unreachable"),
-    ({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, "NotReady"),
-    ({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, None),
+                           "timeAdded": stamp(3)}]}}, "Unreachable", 3),
+    ({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, "NotReady", None),
+    ({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, None, None),
+    # The NoSchedule taint carries no timeAdded: its age is unknown, never "long ago" ...
+    ({"spec": {"taints": [NOT_READY_TAINT]}}, "NotReady", None),
+    # ... and the Ready condition's transition time dates it when there is one.
+    ({"spec": {"taints": [NOT_READY_TAINT]}, "status": {"conditions": [
+        {"type": "Ready", "status": "False", "lastTransitionTime": stamp(40)}]}}, "NotReady", 40),
 ])
-def test_node_trouble(node: dict[str, Any] | None, reason: str | None) -> None:
+def test_node_trouble(node: dict[str, Any] | None, reason: str | None, since: int | None) -> None:
     trouble = node_trouble("n1", node)
     assert (trouble.reason if trouble else None) == reason
+    assert (trouble.since if trouble else None) == (at(since) if since is not None else None)
+
+
+@pytest.mark.parametrize(("node", "now", "restarts"), [
+    # NotReady for a second (a kubelet restart): the taint alone, no time -> never lost yet.
+    ({"spec": {"taints": [NOT_READY_TAINT]}}, 45, False),
+    ({"spec": {"taints": [NOT_READY_TAINT]}, "status": {"conditions": [
+        {"type": "Ready", "status": "False", "lastTransitionTime": stamp(40)}]}}, 45, False),
+    ({"spec": {"taints": [NOT_READY_TAINT]}, "status": {"conditions": [
+        {"type": "Ready", "status": "False", "lastTransitionTime": stamp(40)}]}}, 60, True),
+    (None, 45, True),  # the node object was deleted: its pods are gone with it
+])
+def test_a_node_counts_as_lost_only_after_node_lost_seconds_of_known_trouble(
+    node: dict[str, Any] | None, now: int, restarts: bool,
+) -> None:
+    spec = make_spec(health={"nodeLostSeconds": 20})
+    pods = group(PodBuilder(0).running().on_node("a"), PodBuilder(1).running().on_node("b"),
+                 PodBuilder(2).running().on_node("a"))
+    trouble = node_trouble("b", node)
+    assert trouble is not None
+    action = failure_action(spec, JobStatus(), pods, group_started=True, now=at(now),
+                            troubles={"b": trouble})
+    assert (action.kind is ActionKind.RESTART_GROUP_UNCOUNTED) is restarts, action
 
 
 def test_refused_pods_fail_unless_it_is_quota_which_waits_until_the_startup_timeout() -> None:

@@ -21,7 +21,8 @@ _TAINTS = {"node.kubernetes.io/unreachable": "Unreachable",
 
 @dataclass(frozen=True)
 class NodeTrouble:
-    """Why a node cannot be trusted to run or stop pods, and since when (None: unknown)."""
+    """Why a node cannot be trusted to run or stop pods, and since when (None: unknown, or
+    Gone, which counts at once)."""
 
     node: str
     reason: str  # Gone, Unreachable, NotReady
@@ -37,19 +38,26 @@ class NodeTrouble:
 
 
 def node_trouble(name: str, node: Node | None) -> NodeTrouble | None:
-    """The trouble of node `name` as last seen (None: it is Ready)."""
+    """The trouble of node `name` as last seen (None: it is Ready).
+
+    Since when is read from the Ready condition's lastTransitionTime, else from a NoExecute
+    taint's timeAdded. The NoSchedule not-ready/unreachable taints carry no time: one alone (a
+    kubelet restart, a one-second runtime hiccup) is trouble of unknown age, which never counts
+    as long ago."""
     if node is None:
         return NodeTrouble(name, "Gone", None, "the node object no longer exists")
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        reason = _TAINTS.get(taint.get("key", ""))
-        if reason is not None and taint.get("effect") in ("NoExecute", "NoSchedule"):
-            return NodeTrouble(name, reason, _time(taint.get("timeAdded")), "")
+    reason, since, message = None, None, ""
     for condition in (node.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready" and condition.get("status") != "True":
             reason = "Unreachable" if condition.get("status") == "Unknown" else "NotReady"
-            return NodeTrouble(name, reason, _time(condition.get("lastTransitionTime")),
-                               condition.get("message") or "")
-    return None
+            since = _time(condition.get("lastTransitionTime"))
+            message = condition.get("message") or ""
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        tainted = _TAINTS.get(taint.get("key", ""))
+        if tainted is not None and taint.get("effect") in ("NoExecute", "NoSchedule"):
+            reason = reason or tainted
+            since = since or _time(taint.get("timeAdded"))
+    return NodeTrouble(name, reason, since, message) if reason is not None else None
 
 
 def _time(value: str | None) -> datetime | None:

@@ -205,9 +205,17 @@ def lost_node_action(spec: MultiWorkerJobSpec, status: JobStatus, group: Observe
     grace = timedelta(seconds=spec.health.node_lost_seconds)
     for worker in group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING):
         trouble = troubles.get(worker.node) if worker.node else None
-        if trouble is not None and (trouble.since is None or now - trouble.since >= grace):
+        if trouble is not None and _lost(trouble, now, grace):
             return disruption_action(spec, status, lost_node_culprit(worker, trouble))
     return NO_ACTION
+
+
+def _lost(trouble: NodeTrouble, now: datetime, grace: timedelta) -> bool:
+    """A deleted node is lost at once; any other trouble after `grace`, and trouble of unknown
+    age never (a later node update with a time wakes the job)."""
+    if trouble.reason == "Gone":
+        return True
+    return trouble.since is not None and now - trouble.since >= grace
 
 
 def lost_node_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup,

@@ -61,7 +61,7 @@ generate: venv ## regenerate derived files: the Kubernetes OpenAPI excerpt, then
 verify: venv binaries ## lint, type-check, import layering, and fail on generated-file drift
 	$(VENV)/bin/ruff check operator tests
 	$(VENV)/bin/mypy --config-file operator/pyproject.toml operator/src
-	$(VENV)/bin/lint-imports --config operator/pyproject.toml
+	$(VENV)/bin/lint-imports operator/pyproject.toml
 	$(MW_CACHE)/bin/helm lint --strict charts/multiworker-operator 2>&1 | grep -v 'found symbolic link'
 	PY=$(VENV)/bin/python hack/k8s-openapi.sh | cmp -s $(OPENAPI) - \
 		|| { echo "$(OPENAPI) is stale: run make generate"; exit 1; }

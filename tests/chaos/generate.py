@@ -30,6 +30,9 @@ from tests.chaos.schema import Schema, spec_schema
 Obj = dict[str, Any]
 TREATMENTS = ("valid", "rule", "structural")
 MAX_RUNNING_WORKERS = 4
+# GPU requests in forms the API server accepts as quantities: whole ("1.0", "2k") ones must
+# start a group, fractional ones fail the job with a named reason (never a pass that raises).
+GPU_QUANTITIES = (None, 1, "1", "1.0", "2k", "0.5", "1500m")
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,15 @@ def _place(job: Obj, running: bool) -> None:
     pod_spec.update(copy.deepcopy(KWOK_PLACEMENT))
 
 
+def _request_gpus(job: Obj, amount: int | str | None) -> None:
+    containers = job["spec"]["template"]["spec"].get("containers") or []
+    if amount is None or not containers or not isinstance(containers[0], dict):
+        return
+    resources = containers[0].setdefault("resources", {})
+    resources.setdefault("limits", {})["nvidia.com/gpu"] = amount
+    (resources.get("requests") or {}).pop("nvidia.com/gpu", None)
+
+
 @st.composite
 def _cases(draw: st.DrawFn, gen: Generator) -> Case:
     spec = draw(from_schema(gen.closed, codec="utf-8", allow_x00=False))
@@ -120,6 +132,9 @@ def _cases(draw: st.DrawFn, gen: Generator) -> Case:
     job: Obj = {"apiVersion": "multiworker.dev/v1alpha1", "kind": "MultiWorkerJob",
                 "metadata": {"name": tag + "x" * (name_length - len(tag))}, "spec": spec}
     _place(job, running)
+    gpus = draw(st.sampled_from(GPU_QUANTITIES))
+    if running:
+        _request_gpus(job, gpus)
     repair(job)
     broken = ""
     expected: list[str] = []

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
-from multiworker.decide.gpus import gpus_per_worker, place
+from multiworker.decide.gpus import GpuRequestError, gpus_per_worker, place
+from multiworker.decide.quantity import parse, parse_or_zero
 
 
 def node(product: str | None, gpus: int, ready: bool = True, cordoned: bool = False
@@ -49,3 +51,43 @@ def test_gpus_per_worker_sums_containers_limits_or_requests() -> None:
         {"name": "side", "resources": {"requests": {"nvidia.com/gpu": "1"}}},
         {"name": "plain"}]}}
     assert gpus_per_worker(template) == 3
+
+
+def one(amount: Any) -> dict[str, Any]:
+    return {"spec": {"containers": [
+        {"name": "tensorflow", "resources": {"limits": {"nvidia.com/gpu": amount}}}]}}
+
+
+@pytest.mark.parametrize(("amount", "gpus"), [
+    ("1", 1), ("1.0", 1), (1, 1), ("2k", 2000), ("1e1", 10), ("4000m", 4), ("0", 0),
+])
+def test_gpu_quantities_parse_as_kubernetes_parses_them(amount: Any, gpus: int) -> None:
+    assert gpus_per_worker(one(amount)) == gpus
+
+
+@pytest.mark.parametrize(("amount", "problem"), [
+    ("0.5", "nvidia.com/gpu 0.5 is not a whole number of GPUs"),
+    ("1500m", "nvidia.com/gpu 1500m is not a whole number of GPUs"),
+    ("one", "nvidia.com/gpu 'one' is not a Kubernetes quantity"),
+])
+def test_a_fractional_or_malformed_gpu_request_is_a_named_spec_error(
+    amount: str, problem: str,
+) -> None:
+    with pytest.raises(GpuRequestError) as refused:
+        gpus_per_worker(one(amount))
+    assert str(refused.value) == f"spec.template.spec.containers[tensorflow]: {problem}" + (
+        " (a GPU is not divisible)" if "whole" in problem else "")
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("1", Decimal(1)), ("500m", Decimal("0.5")), ("2Gi", Decimal(2 * 2**30)),
+    ("1.5", Decimal("1.5")), ("3k", Decimal(3000)), (2, Decimal(2)),
+])
+def test_quantity(text: str | int, value: Decimal) -> None:
+    assert parse(text) == value == parse_or_zero(text)
+
+
+def test_a_malformed_quantity_is_an_error_or_zero_where_it_only_informs() -> None:
+    with pytest.raises(ValueError, match="'nonsense' is not a Kubernetes quantity"):
+        parse("nonsense")
+    assert parse_or_zero("nonsense") == 0

@@ -13,7 +13,6 @@ from multiworker.decide.placement import (
     partial_placement_message,
     pod_group_state,
     pod_request,
-    quantity,
     resource_holders,
 )
 
@@ -56,14 +55,6 @@ def pod_group(phase: str = "", **status: int) -> dict[str, Any]:
 
 
 A_HOLDS_THREE = [running(i, "a") for i in range(3)]
-
-
-@pytest.mark.parametrize(("text", "value"), [
-    ("1", Decimal(1)), ("500m", Decimal("0.5")), ("2Gi", Decimal(2 * 2**30)),
-    ("1.5", Decimal("1.5")), ("3k", Decimal(3000)), (2, Decimal(2)), ("nonsense", Decimal(0)),
-])
-def test_quantity(text: str | int, value: Decimal) -> None:
-    assert quantity(text) == value
 
 
 @pytest.mark.parametrize(("resource", "amount", "text"), [

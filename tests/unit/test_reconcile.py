@@ -317,6 +317,29 @@ def test_no_gpu_product_with_room_holds_the_group_back_then_fails() -> None:
     assert conditions(cluster)["Failed"] == ("True", "StartupTimeout")
 
 
+def gpu_template(amount: Any) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "tensorflow", "image": "w",
+                                     "resources": {"limits": {"nvidia.com/gpu": amount}}}]}}
+
+
+@pytest.mark.parametrize("amount", ["1.0", "2k"])
+def test_gpu_quantities_kubernetes_accepts_create_the_group(amount: str) -> None:
+    cluster = make(template=gpu_template(amount))
+    step(cluster)  # raised ValueError on every pass before ("1.0": int() refused it)
+    assert sorted(cluster.pods) == PODS
+
+
+def test_a_fractional_gpu_fails_the_job_once_naming_the_container() -> None:
+    cluster = make(template=gpu_template("0.5"))
+    step(cluster)
+    step(cluster)
+    assert cluster.pods == {} and cluster.status["phase"] == "Failed"
+    assert conditions(cluster)["Failed"] == ("True", "InvalidPodTemplate")
+    [(kind, reason, message)] = cluster.events
+    assert (kind, reason) == ("Warning", "InvalidPodTemplate")
+    assert "containers[tensorflow]: nvidia.com/gpu 0.5 is not a whole number of GPUs" in message
+
+
 def test_a_pinned_image_is_what_the_next_group_runs() -> None:
     cluster = started()
     for i, image in enumerate(("r/w@sha256:aaa", "r/w@sha256:bbb", "r/w@sha256:aaa")):

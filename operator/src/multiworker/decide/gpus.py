@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
+
+from multiworker.decide.quantity import parse, parse_or_zero
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -26,16 +29,30 @@ class Placement:
     problem: str | None = None
 
 
+class GpuRequestError(ValueError):
+    """A worker's GPU request that no node can satisfy as written (a fraction, or not a
+    quantity): a spec error, named with the container."""
+
+
 def gpus_per_worker(template: Manifest) -> int:
     """GPUs one worker asks for: the sum over its containers' limits (requests default to
-    limits for extended resources)."""
-    total = 0
+    limits for extended resources). Quantities parse as Kubernetes parses them ("1.0" and "1"
+    are one GPU, "2k" two thousand); GPUs are whole devices, so a fraction is refused."""
+    total = Decimal(0)
     for container in (template.get("spec") or {}).get("containers") or []:
         resources = container.get("resources") or {}
         amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or \
             (resources.get("requests") or {}).get(GPU_RESOURCE) or 0
-        total += int(amount)
-    return total
+        where = f"spec.template.spec.containers[{container.get('name', '?')}]"
+        try:
+            gpus = parse(amount)
+        except ValueError as e:
+            raise GpuRequestError(f"{where}: {GPU_RESOURCE} {e}") from e
+        if gpus != gpus.to_integral_value() or gpus < 0:
+            raise GpuRequestError(f"{where}: {GPU_RESOURCE} {amount!s} is not a whole number "
+                                  "of GPUs (a GPU is not divisible)")
+        total += gpus
+    return int(total)
 
 
 def place(nodes: Iterable[Manifest], workers: int, gpus: int, wanted: str | None) -> Placement:
@@ -66,8 +83,8 @@ def _room(nodes: Iterable[Manifest], gpus: int) -> dict[str, int]:
         product = ((node.get("metadata") or {}).get("labels") or {}).get(PRODUCT_LABEL)
         if not product or not _usable(node):
             continue
-        allocatable = int(((node.get("status") or {}).get("allocatable") or {})
-                          .get(GPU_RESOURCE) or 0)
+        allocatable = int(parse_or_zero(((node.get("status") or {}).get("allocatable") or {})
+                                        .get(GPU_RESOURCE) or 0))
         room[product] = room.get(product, 0) + allocatable // gpus
     return room
 

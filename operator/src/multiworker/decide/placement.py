@@ -11,19 +11,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from multiworker.api import names
+from multiworker.decide.quantity import parse_or_zero
 
 Pod = Mapping[str, Any]
 
 _INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9][A-Za-z0-9./_-]*[A-Za-z0-9])")
-_SUFFIXES = {
-    "m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9),
-    "T": Decimal(10**12), "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-}
+_BINARY_UNITS = (("Ti", Decimal(2**40)), ("Gi", Decimal(2**30)), ("Mi", Decimal(2**20)),
+                 ("Ki", Decimal(2**10)))
 _MESSAGE_CHARS = 300
 
 
@@ -50,26 +48,9 @@ def pod_group_state(pod_group: Mapping[str, Any] | None) -> PodGroupState | None
     )
 
 
-def quantity(text: str | int | float) -> Decimal:
-    """A Kubernetes quantity ("1", "500m", "2Gi") as a number; malformed counts as 0."""
-    value = str(text).strip()
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if value.endswith(suffix):
-            return _decimal(value[: -len(suffix)]) * _SUFFIXES[suffix]
-    return _decimal(value)
-
-
-def _decimal(text: str) -> Decimal:
-    try:
-        return Decimal(text)
-    except InvalidOperation:
-        return Decimal(0)
-
-
 def format_amount(resource: str, amount: Decimal) -> str:
     if resource == "memory" or resource.endswith("storage"):
-        for suffix in ("Ti", "Gi", "Mi", "Ki"):
-            unit = _SUFFIXES[suffix]
+        for suffix, unit in _BINARY_UNITS:
             if amount >= unit and amount % unit == 0:
                 return f"{amount / unit:f}{suffix}"
     return f"{amount.normalize():f}"
@@ -85,7 +66,7 @@ def pod_request(pod: Pod, resource: str) -> Decimal:
         value = (resources.get("requests") or {}).get(resource)
         if value is None:
             value = (resources.get("limits") or {}).get(resource)
-        return quantity(value) if value is not None else Decimal(0)
+        return parse_or_zero(value) if value is not None else Decimal(0)
 
     main = sum((of(c) for c in spec.get("containers", [])), Decimal(0))
     init = max((of(c) for c in spec.get("initContainers", [])), default=Decimal(0))

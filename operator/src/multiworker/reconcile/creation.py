@@ -12,7 +12,7 @@ from multiworker.api import names
 from multiworker.api.conditions import Reason, Type, find
 from multiworker.api.status import Phase
 from multiworker.clients.kube import Created, RefusalKind, Refused
-from multiworker.decide.gpus import gpus_per_worker, place
+from multiworker.decide.gpus import GpuRequestError, gpus_per_worker, place
 from multiworker.decide.observe import WorkerPhase
 from multiworker.decide.ownership import Owned, ownership
 from multiworker.decide.placement import gang_waiting_message, is_bound, partial_placement_message
@@ -154,8 +154,12 @@ def _place_group(p: Pass) -> bool:
     """Choose the GPU product of a new group (gpus.py); False when no single product can
     hold it."""
     s, spec = p.status, p.job.spec
-    placement = place(p.cluster.cached_nodes(), spec.workers,
-                      gpus_per_worker(spec.template.as_dict()), spec.gpu_product)
+    try:
+        gpus = gpus_per_worker(spec.template.as_dict())
+    except GpuRequestError as e:
+        finish(p, Phase.FAILED, Action(ActionKind.FAIL_JOB, Reason.INVALID_POD_TEMPLATE, str(e)))
+        return False
+    placement = place(p.cluster.cached_nodes(), spec.workers, gpus, spec.gpu_product)
     if placement.problem is not None:
         return _hold_back(p, Reason.NO_GPU_PRODUCT, placement.problem)
     s.gpu_product = placement.product

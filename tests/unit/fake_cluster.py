@@ -46,6 +46,7 @@ class FakeCluster:
         self.objects: dict[str, Manifest] = {}  # PodGroups, by name
         self.served = True  # the PodGroup API
         self.fail_status_writes = 0
+        self.fail_events = 0  # the next N Event POSTs raise
         self.serve_once: Manifest | None = None  # an outdated read, served once
         self._uids = 0
 
@@ -155,6 +156,9 @@ class FakeCluster:
     def emit_event(
         self, job: Manifest, type_: str, reason: str, message: str, now: datetime
     ) -> None:
+        if self.fail_events:
+            self.fail_events -= 1
+            raise RuntimeError("injected Event POST failure")
         self.events.append((type_, reason, message))
 
     # --- what the kubelet and users do ---

@@ -206,6 +206,18 @@ def test_a_pass_on_an_outdated_view_changes_nothing() -> None:
     assert (cluster.status, cluster.events) == (status, events)
 
 
+def test_an_event_the_api_server_refuses_does_not_fail_the_pass() -> None:
+    """Status is the record, Events are commentary: a failed Event POST after the status
+    write must not fail the pass (it would run again and create the group twice)."""
+    cluster = make()
+    cluster.fail_events = 1
+    step(cluster)  # raised the injected failure before
+    assert sorted(cluster.pods) == PODS and cluster.status["phase"] == "Pending"
+    assert cluster.events == []  # the GroupCreated Event is lost, the status is not
+    step(cluster)
+    assert cluster.created_pods == PODS
+
+
 def test_status_write_is_refused_when_the_job_changed_meanwhile() -> None:
     cluster = make()
     step(cluster)

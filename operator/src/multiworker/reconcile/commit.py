@@ -9,6 +9,7 @@ from typing import Any
 from multiworker.api.status import JobStatus
 from multiworker.clients import metrics
 from multiworker.decide.phase import phase_of
+from multiworker.logs import job_logger
 from multiworker.reconcile.context import ClusterIO, Pass
 
 Manifest = dict[str, Any]
@@ -54,5 +55,14 @@ def write(cluster: ClusterIO, body: Manifest, fields: Manifest) -> str:
 
 def emit(cluster: ClusterIO, body: Manifest, events: list[tuple[str, str, str]],
          now: datetime) -> None:
+    """Best effort: status is the record, Events are commentary. An Event the API server does
+    not take (a timeout, a quota on events, a 5xx) is logged and the pass goes on; it must not
+    fail a pass whose status write already succeeded (the pass would run again and act twice).
+    """
     for type_, reason, message in events:
-        cluster.emit_event(body, type_, reason, message, now)
+        try:
+            cluster.emit_event(body, type_, reason, message, now)
+        except Exception as e:  # any failure of a best-effort side effect
+            meta = body["metadata"]
+            job_logger(meta["namespace"], meta["name"]).warning(
+                "could not record the %s Event (%s): %s", reason, message[:200], e)

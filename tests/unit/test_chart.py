@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from multiworker.api import names
 from multiworker.clients.kube import FOOTPRINT
 
 from tests.cluster import BIN, REPO
@@ -100,6 +101,18 @@ def test_default_is_cluster_wide_with_leader_election(tmp_path: Path) -> None:
     assert deployment["spec"]["strategy"] == {"type": "RollingUpdate"}
     env = {e["name"]: e for e in container(objs)["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
+def test_only_the_operators_own_lease_can_be_read_or_updated(tmp_path: Path) -> None:
+    """Leader election needs one Lease per namespace; the rules must not reach any other
+    (kube-system's controller-manager and scheduler Leases, say)."""
+    for values in ({}, {"watchNamespaces": ["a"]}):
+        for role in (o for o in template(tmp_path, values) if o["kind"] in ("Role", "ClusterRole")):
+            for rule in role["rules"]:
+                if "leases" not in rule["resources"]:
+                    continue
+                if set(rule["verbs"]) - {"create"}:
+                    assert rule.get("resourceNames") == [names.LEASE_NAME], rule
 
 
 def test_namespaced_mode_grants_only_the_watched_namespaces(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 {{/*
 The operator's least-privilege rules: exactly the calls its code makes (operator/src/
-multiworker/k8s.py and the informers in controller.py), with the reason for each. Used by
+multiworker/clients/kube.py and the informers in controller.py), with the reason for each. Used by
 rbac.yaml: as one ClusterRole when cluster-wide, or as a Role in every watched namespace plus a
 ClusterRole for what is cluster-scoped by nature. tests/unit/test_chart.py checks this list
 against the code's REST calls; the e2e suite runs the operator under it.
@@ -35,10 +35,16 @@ against the code's REST calls; the e2e suite runs the operator under it.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-# Leader election: the Lease multiworker-operator in each namespace with jobs.
+# Leader election: the Lease multiworker-operator in each namespace with jobs, and no other
+# (kube-system's leader Leases stay out of reach). A create cannot be limited by name: the API
+# server authorizes it before the object has one.
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
-  verbs: [get, create, update]
+  verbs: [create]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  resourceNames: [multiworker-operator]
+  verbs: [get, update]
 # Gang scheduling (spec.gang): a PodGroup per generation, created before its pods and deleted
 # with them; get for its status in the waiting message and when its name is taken.
 - apiGroups: [scheduling.x-k8s.io]

@@ -9,6 +9,8 @@ CLUSTER ?= local
 export MW_CACHE ?= $(HOME)/.cache/multiworker
 PYTEST := $(VENV)/bin/python -m pytest
 CRD := crds/multiworker.dev_multiworkerjobs.yaml
+# The chart's copy (a real file: Helm warns on every install about a symlinked one).
+CHART_CRD := charts/multiworker-operator/crds/multiworker.dev_multiworkerjobs.yaml
 # The pinned Kubernetes' PodTemplateSpec schemas that spec.template's CRD schema is made from.
 OPENAPI := operator/src/multiworker/api/podtemplatespec.openapi.json
 PIP_TOOLS := pip-tools==7.6.2
@@ -41,8 +43,14 @@ cluster-down: ## stop the cluster of CLUSTER=local|kind (caches stay; kind: stop
 images: ## build the images offline (cached by content)
 	hack/images/build.sh all
 
-images-load: images ## import the images into the local cluster's containerd
-	hack/images/load.sh pause base worker operator
+images-load: ## build the images, then import them into the cluster CLUSTER names (local|kind)
+	case "$(CLUSTER)" in local) ;; \
+	  kind) [ -f .cluster/kind.env ] || { echo "no kind cluster: make cluster-up CLUSTER=kind" >&2; exit 2; } ;; \
+	  *) echo "images-load: CLUSTER must be local or kind, not '$(CLUSTER)'" >&2; exit 2 ;; esac
+	$(MAKE) images
+	if [ "$(CLUSTER)" = kind ]; then source .cluster/kind.env \
+	  && hack/images/load.sh --kind multiworker base worker operator; \
+	else hack/images/load.sh pause base worker operator; fi
 
 images-smoke: images ## run each image in a private containerd and check it
 	hack/images/smoke.sh
@@ -57,16 +65,18 @@ locks: venv ## re-resolve the images' committed wheel locks (UPGRADE=1: newest r
 generate: venv ## regenerate derived files: the Kubernetes OpenAPI excerpt, then the CRD
 	PY=$(VENV)/bin/python hack/k8s-openapi.sh > $(OPENAPI).tmp && mv $(OPENAPI).tmp $(OPENAPI)
 	$(VENV)/bin/python -m multiworker.api.crd > $(CRD)
+	cp $(CRD) $(CHART_CRD)
 
 verify: venv binaries ## lint, type-check, import layering, and fail on generated-file drift
 	$(VENV)/bin/ruff check operator tests
 	$(VENV)/bin/mypy --config-file operator/pyproject.toml operator/src
 	$(VENV)/bin/lint-imports operator/pyproject.toml
-	$(MW_CACHE)/bin/helm lint --strict charts/multiworker-operator 2>&1 | grep -v 'found symbolic link'
+	$(MW_CACHE)/bin/helm lint --strict charts/multiworker-operator
 	PY=$(VENV)/bin/python hack/k8s-openapi.sh | cmp -s $(OPENAPI) - \
 		|| { echo "$(OPENAPI) is stale: run make generate"; exit 1; }
 	$(VENV)/bin/python -m multiworker.api.crd | diff -u $(CRD) - \
 		|| { echo "crds/ is stale: run make generate"; exit 1; }
+	cmp -s $(CRD) $(CHART_CRD) || { echo "$(CHART_CRD) differs from $(CRD): run make generate"; exit 1; }
 
 test-unit: venv binaries ## unit and runtime tests (no cluster)
 	$(PYTEST) tests/unit tests/runtime

@@ -36,12 +36,7 @@ hack/images/build.sh base worker operator
 say "operator: the CRD (server-side: too big for client-side apply), then helm upgrade --install"
 # Helm creates crds/ on a first install only; applying it here also upgrades an older CRD.
 kubectl apply --server-side --force-conflicts -f crds/
-# Polled: `kubectl wait` fails outright while a just-created CRD has no conditions yet.
-for _ in $(seq 120); do
-  [ "$(kubectl get crd multiworkerjobs.multiworker.dev \
-        -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ] && break
-  sleep 0.5
-done
+hack/cluster/wait-crd.sh multiworkerjobs.multiworker.dev 60
 helm upgrade --install multiworker-operator charts/multiworker-operator \
   --namespace multiworker-system --create-namespace --wait --timeout 5m
 kubectl -n multiworker-system rollout status deployment -l app.kubernetes.io/instance=multiworker-operator

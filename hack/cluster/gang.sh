@@ -37,7 +37,7 @@ kc get --raw /readyz >/dev/null 2>&1 || die "the cluster is not up: run up.sh fi
 
 log "gang scheduling: PodGroup CRD, RBAC"
 kc apply --server-side --force-conflicts -f "$bin/scheduling.x-k8s.io_podgroups.yaml" >/dev/null
-wait_until 60 "the PodGroup CRD" established podgroups.scheduling.x-k8s.io
+KUBECONFIG=$kubeconfig "$here/wait-crd.sh" podgroups.scheduling.x-k8s.io 60 || die "no PodGroup CRD"
 kc apply -f "$here/gang-rbac.yaml" >/dev/null
 
 cat > "$state/${prefix}coscheduler.yaml.tmp" <<EOT

@@ -45,12 +45,6 @@ wait_until() {
   done
 }
 
-# established CRD: the API server serves it. Polled with wait_until, because `kubectl wait`
-# fails outright while a just-created CRD has no conditions yet.
-established() {
-  [ "$(kc get crd "$1" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ]
-}
-
 is_running() { # NAME: the process recorded in pids/NAME.pid is alive — the one started then,
   # not a later process that reuses its pid (it must be no younger than the pid file)
   local f=$state/pids/$1.pid pid age

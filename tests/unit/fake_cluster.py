@@ -178,12 +178,18 @@ class FakeCluster:
                 "containerStatuses": [{"name": "tensorflow", "state": {"running": {}}}],
             }
 
-    def exit(self, index: int, code: int, reason: str = "Error", message: str = "") -> None:
+    def exit(self, index: int, code: int, reason: str = "Error", message: str = "",
+             sidecar: bool = False) -> None:
+        """The trainer exits; with `sidecar`, a classic sidecar container keeps the pod
+        Running (what a log shipper or istio-proxy does)."""
         pod = self.pods[names.worker_name(self.job_name, index)]
-        pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+        pod["status"]["phase"] = "Running" if sidecar else "Succeeded" if code == 0 else "Failed"
         pod["status"]["containerStatuses"] = [{"name": "tensorflow", "state": {"terminated": {
             "exitCode": code, "reason": reason, "message": message,
             "finishedAt": _stamp(self.now)}}}]
+        if sidecar:
+            pod["status"]["containerStatuses"].append({"name": "log-shipper",
+                                                       "state": {"running": {}}})
 
     def unschedulable(self, index: int, message: str) -> None:
         pod = self.pods[names.worker_name(self.job_name, index)]

@@ -139,6 +139,20 @@ def test_chief_success_succeeds_and_stops_the_others() -> None:
     assert "deletionTimestamp" not in cluster.pods["demo-worker-0"]["metadata"]
 
 
+def test_pods_a_sidecar_keeps_running_are_deleted_when_the_job_succeeds() -> None:
+    """cleanPodPolicy Running goes by the pod's phase: a pod whose trainer exited 0 while a
+    classic sidecar runs on still holds its GPUs, and must go; an ended pod stays for its logs."""
+    cluster = started()
+    cluster.exit(0, 0, sidecar=True)
+    cluster.exit(1, 0)
+    cluster.exit(2, 0, sidecar=True)
+    step(cluster)
+    assert cluster.status["phase"] == "Succeeded"
+    step(cluster)
+    deleted = {n for n, p in cluster.pods.items() if "deletionTimestamp" in p["metadata"]}
+    assert deleted == {"demo-worker-0", "demo-worker-2"}
+
+
 def test_clean_pod_policy_all_and_ttl() -> None:
     cluster = started(cleanPodPolicy="All", ttlSecondsAfterFinished=60)
     for i in range(3):

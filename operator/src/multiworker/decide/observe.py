@@ -69,6 +69,10 @@ class WorkerState:
     ip: str = ""  # the pod's IP, where it serves GET /progress
     node: str = ""  # the node it was scheduled to
     image_id: str = ""  # the image its training container runs (a digest), once started
+    # The pod itself has ended (phase Succeeded or Failed). A trainer that exited while a
+    # classic sidecar (a log shipper, istio-proxy) runs on leaves its pod Running, holding its
+    # GPUs: cleanup goes by this, not by the trainer.
+    pod_ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,8 @@ def classify(pod: Pod, index: int, container: str) -> WorkerState:
     return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta,
                    ip=pod.get("status", {}).get("podIP") or "",
                    node=(pod.get("spec") or {}).get("nodeName") or "",
-                   image_id=(trainer or {}).get("imageID") or "")
+                   image_id=(trainer or {}).get("imageID") or "",
+                   pod_ended=pod.get("status", {}).get("phase") in ("Succeeded", "Failed"))
 
 
 def _classify(pod: Pod, index: int, container: str) -> WorkerState:

@@ -244,13 +244,14 @@ def _troubles(cluster: ClusterIO, node_names: set[str]) -> dict[str, NodeTrouble
 
 
 def _clean_finished_pods(p: Pass) -> None:
-    """Delete what spec.cleanPodPolicy says: pods still running, or all of them."""
+    """Delete what spec.cleanPodPolicy says: pods still running, or all of them. "Running"
+    is the pod's phase, not the trainer's: a pod whose trainer ended while a sidecar runs on
+    still holds its node's GPUs."""
     everything = p.job.spec.clean_pod_policy is CleanPodPolicy.ALL
-    active = (WorkerPhase.RUNNING, WorkerPhase.PENDING, WorkerPhase.STARTING)
     ns = p.job.namespace
     deletions = [PodDeletion(ns, w.pod, w.uid) for w in p.group.workers
                  if not w.terminating and w.phase is not WorkerPhase.MISSING and w.uid
-                 and (everything or w.phase in active)]
+                 and (everything or not w.pod_ended)]
     deletions += [PodDeletion(ns, pod.name, pod.uid) for pod in p.group.stale
                   if pod.deletion is None]
     p.cluster.delete_pods(deletions)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from multiworker.api.conditions import Type, find, is_true, set_condition
+from multiworker.api.conditions import MESSAGE_LIMIT, Type, find, is_true, set_condition
 
 from tests.unit.builders import at
 
@@ -44,3 +44,12 @@ def test_input_is_not_modified() -> None:
     original = set_condition([], Type.RUNNING, "True", "AllWorkersRunning", "", at(0))
     set_condition(original, Type.FAILED, "True", "RestartLimitExceeded", "", at(1))
     assert is_true(original, Type.RUNNING) and len(original) == 1
+
+
+def test_a_condition_message_is_bounded_and_says_it_was_cut() -> None:
+    long = "x" * 5000
+    [condition] = set_condition([], Type.RUNNING, "False", "Unschedulable", long, at(0))
+    assert len(condition.message) == MESSAGE_LIMIT
+    assert condition.message.endswith(" ... (cut here)")
+    [short] = set_condition([], Type.RUNNING, "False", "Unschedulable", "fits", at(0))
+    assert short.message == "fits"

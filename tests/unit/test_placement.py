@@ -98,11 +98,27 @@ def test_resource_holders_group_by_job_and_skip_what_holds_nothing() -> None:
          "spec": {"nodeName": "mw-node", "containers": [{"resources": {"limits": {GPU: "2"}}}]},
          "status": {"phase": "Running"}},
     ]
-    assert resource_holders(pods, GPU) == [
-        Holder("job ns/a", 3, Decimal(3)),
-        Holder("pod lab/notebook", 1, Decimal(2)),
-        Holder("job ns/b", 1, Decimal(1)),
+    assert resource_holders(pods, GPU, "ns") == [
+        Holder("job a", 3, Decimal(3)),
+        Holder("other namespaces", 1, Decimal(2)),  # lab/notebook is another tenant's
+        Holder("job b", 1, Decimal(1)),
     ]
+    assert resource_holders(pods, GPU, "lab") == [
+        Holder("other namespaces", 4, Decimal(4)), Holder("pod notebook", 1, Decimal(2))]
+
+
+def test_a_message_names_only_the_jobs_own_namespace_and_a_bounded_number_of_holders() -> None:
+    """300 foreign jobs gave a 13 KB message naming team-N/... before."""
+    foreign = [running(0, f"job-{i}", namespace=f"team-{i}") for i in range(300)]
+    own = [running(0, f"mine-{i}") for i in range(8)]
+    pods = [worker(0, unschedulable=FIT_ERROR), worker(1, unschedulable=FIT_ERROR)]
+    message = partial_placement_message(2, pods, cluster_pods=[*foreign, *own, *pods],
+                                        namespace="ns")
+    assert message is not None
+    assert "team-" not in message
+    assert "other namespaces 300 (300 pods)" in message
+    assert "4 more holders 4 (4 pods)" in message  # 5 named: other namespaces, 4 of ours
+    assert len(message) < 1024
 
 
 def test_pod_group_state() -> None:
@@ -117,11 +133,11 @@ def test_gang_waits_whole_and_names_what_is_missing_and_who_holds_it() -> None:
     pods = [worker(0, unschedulable=REJECTED), worker(1, unschedulable=FIT_ERROR),
             worker(2, unschedulable=REJECTED)]
     message = gang_waiting_message(3, pods, pod_group("Scheduling"), "scheduler-plugins-scheduler",
-                                   cluster_pods=[*A_HOLDS_THREE, *pods])
+                                   cluster_pods=[*A_HOLDS_THREE, *pods], namespace="ns")
     assert message == (
         "waiting for the whole group to fit: 0 of 3 workers bound; the scheduler binds none "
         "until all 3 fit at once; not enough free nvidia.com/gpu (the group needs 3; "
-        "nvidia.com/gpu is held by job ns/a 3 (3 pods)); worker-1: " + FIT_ERROR
+        "nvidia.com/gpu is held by job a 3 (3 pods)); worker-1: " + FIT_ERROR
         + " (PodGroup b-g0 Scheduling)"
     )
 
@@ -156,11 +172,12 @@ def test_no_gang_message_once_every_worker_is_bound() -> None:
 
 def test_partial_placement_says_which_job_holds_what() -> None:
     pods = [running(0, "b"), worker(1, unschedulable=FIT_ERROR), worker(2, unschedulable=FIT_ERROR)]
-    message = partial_placement_message(3, pods, cluster_pods=[*A_HOLDS_THREE, *pods])
+    message = partial_placement_message(3, pods, cluster_pods=[*A_HOLDS_THREE, *pods],
+                                        namespace="ns")
     assert message == (
         "2 of 3 workers cannot be scheduled (worker-1: " + FIT_ERROR + "); "
         "1 placed worker of this job waits for them, holding 1 nvidia.com/gpu; "
-        "nvidia.com/gpu is held by job ns/a 3 (3 pods), job ns/b 1 (1 pod); "
+        "nvidia.com/gpu is held by job a 3 (3 pods), job b 1 (1 pod); "
         "gang scheduling (spec.gang.enabled) would hold nothing until all fit"
     )
 

@@ -14,6 +14,9 @@ from typing import Literal
 from multiworker.api.status import Condition
 
 Status = Literal["True", "False", "Unknown"]
+# Every user of a namespace reads its jobs' conditions and Events: a message says what failed,
+# why and what happens next in at most this many characters, however large the cluster.
+MESSAGE_LIMIT = 1024
 
 
 class Type(StrEnum):
@@ -90,6 +93,12 @@ def is_true(conditions: list[Condition], type_: Type) -> bool:
     return found is not None and found.status == "True"
 
 
+def bounded(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """A condition or Event message cut to `limit` characters, saying that it was cut."""
+    cut = " ... (cut here)"
+    return message if len(message) <= limit else message[: limit - len(cut)] + cut
+
+
 def set_condition(
     conditions: list[Condition],
     type_: Type,
@@ -121,7 +130,7 @@ def _upsert(
         type=type_,
         status=status,
         reason=reason,
-        message=message,
+        message=bounded(message),
         last_transition_time=now if flipped or old is None else old.last_transition_time,
     )
     if old is None:

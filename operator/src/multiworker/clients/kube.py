@@ -21,6 +21,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from multiworker.api import names
+from multiworker.api.conditions import bounded
 from multiworker.api.schema import format_time
 from multiworker.clients.transport import Transport
 
@@ -28,7 +29,6 @@ log = logging.getLogger(__name__)
 
 Manifest = dict[str, Any]
 COMPONENT = "multiworker-operator"
-EVENT_MESSAGE_LIMIT = 1024
 
 
 # Every (API group, resource, verb) the operator calls — the chart's RBAC grants exactly these
@@ -239,7 +239,7 @@ class Cluster:
             },
             "type": type_,
             "reason": reason,
-            "message": message[:EVENT_MESSAGE_LIMIT],
+            "message": bounded(message),
             "source": {"component": COMPONENT},
             "reportingComponent": f"{names.GROUP}/operator",
             "reportingInstance": self.instance,

@@ -23,6 +23,8 @@ _INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9][A-Za-z0-9./_-]*[A-Za-z0-9
 _BINARY_UNITS = (("Ti", Decimal(2**40)), ("Gi", Decimal(2**30)), ("Mi", Decimal(2**20)),
                  ("Ki", Decimal(2**10)))
 _MESSAGE_CHARS = 300
+NAMED_HOLDERS = 5  # holders a message names; the rest are counted
+OTHER_NAMESPACES = "other namespaces"
 
 
 @dataclass(frozen=True)
@@ -109,17 +111,21 @@ class Holder:
     amount: Decimal
 
 
-def resource_holders(pods: Iterable[Pod], resource: str) -> list[Holder]:
-    """Holders of `resource` among `pods` (e.g. every pod on the nodes), largest first."""
+def resource_holders(pods: Iterable[Pod], resource: str, namespace: str) -> list[Holder]:
+    """Holders of `resource` among `pods` (e.g. every pod on the nodes), largest first. Only
+    the job's own `namespace` is named: a condition is read by every user of that namespace,
+    so what other tenants run is one count, "other namespaces"."""
     totals: dict[str, tuple[int, Decimal]] = {}
     for pod in pods:
         amount = pod_request(pod, resource)
         if amount <= 0 or not holds_resources(pod):
             continue
         meta = pod.get("metadata", {})
-        namespace, job = meta.get("namespace", ""), meta.get("labels", {}).get(
-            names.LABEL_JOB_NAME)
-        owner = f"job {namespace}/{job}" if job else f"pod {namespace}/{meta.get('name', '')}"
+        job = meta.get("labels", {}).get(names.LABEL_JOB_NAME)
+        if meta.get("namespace", "") != namespace:
+            owner = OTHER_NAMESPACES
+        else:
+            owner = f"job {job}" if job else f"pod {meta.get('name', '')}"
         count, total = totals.get(owner, (0, Decimal(0)))
         totals[owner] = (count + 1, total + amount)
     holders = [Holder(owner, count, total) for owner, (count, total) in totals.items()]
@@ -127,10 +133,19 @@ def resource_holders(pods: Iterable[Pod], resource: str) -> list[Holder]:
 
 
 def holders_text(resource: str, holders: Sequence[Holder]) -> str:
+    """At most NAMED_HOLDERS holders by name, the rest counted: a message stays short however
+    many jobs share the nodes."""
     if not holders:
         return f"no running pod holds {resource}"
-    parts = [f"{h.owner} {format_amount(resource, h.amount)} ({h.pods} pod{'s' * (h.pods != 1)})"
-             for h in holders]
+
+    def held(amount: Decimal, pods: int) -> str:
+        return f"{format_amount(resource, amount)} ({pods} pod{'s' * (pods != 1)})"
+
+    parts = [f"{h.owner} {held(h.amount, h.pods)}" for h in holders[:NAMED_HOLDERS]]
+    rest = holders[NAMED_HOLDERS:]
+    if rest:
+        amount = sum((h.amount for h in rest), Decimal(0))
+        parts.append(f"{len(rest)} more holders {held(amount, sum(h.pods for h in rest))}")
     return f"{resource} is held by " + ", ".join(parts)
 
 
@@ -154,18 +169,21 @@ def _best_reason(unbound: Sequence[Pod]) -> tuple[Pod, str] | None:
                                      "nodes are available" not in pm[1]))
 
 
-def _shortage(resources: Sequence[str], pods: Sequence[Pod], cluster_pods: Sequence[Pod]) -> str:
+def _shortage(resources: Sequence[str], pods: Sequence[Pod], cluster_pods: Sequence[Pod],
+              namespace: str) -> str:
     """For each missing resource: what the whole group needs and who holds it now."""
     parts = []
     for resource in resources:
         need = sum((pod_request(p, resource) for p in pods), Decimal(0))
         text = f"not enough free {resource} (the group needs {format_amount(resource, need)}"
-        parts.append(f"{text}; {holders_text(resource, resource_holders(cluster_pods, resource))})")
+        holders = resource_holders(cluster_pods, resource, namespace)
+        parts.append(f"{text}; {holders_text(resource, holders)})")
     return "; ".join(parts)
 
 
 def gang_waiting_message(workers: int, pods: Sequence[Pod], pod_group: Mapping[str, Any] | None,
-                         scheduler_name: str, cluster_pods: Sequence[Pod] = ()) -> str | None:
+                         scheduler_name: str, cluster_pods: Sequence[Pod] = (),
+                         namespace: str = "") -> str | None:
     """The Running condition's message while a gang-scheduled group waits; None once every
     worker is bound. `pods` are the current generation's, `cluster_pods` every pod that may
     hold what the group lacks (say, all pods on the nodes)."""
@@ -187,13 +205,13 @@ def gang_waiting_message(workers: int, pods: Sequence[Pod], pod_group: Mapping[s
                 f"is it running?{tail}")
     pod, message = best
     shortage = _shortage(missing_resources(scheduling_message(p) or "" for p in unbound),
-                         pods, cluster_pods)
+                         pods, cluster_pods, namespace)
     detail = f"; {shortage}" if shortage else ""
     return f"{head}{detail}; {_worker(pod)}: {_clip(message)}{tail}"
 
 
 def partial_placement_message(workers: int, pods: Sequence[Pod],
-                              cluster_pods: Sequence[Pod] = ()) -> str | None:
+                              cluster_pods: Sequence[Pod] = (), namespace: str = "") -> str | None:
     """For a group scheduled pod by pod: which workers cannot be placed, what this job already
     holds meanwhile and who holds the rest. None when no worker is unschedulable."""
     unbound = [p for p in pods if not is_bound(p) and scheduling_message(p)]
@@ -214,6 +232,7 @@ def partial_placement_message(workers: int, pods: Sequence[Pod],
         placed = "1 placed worker of this job waits" if len(bound) == 1 else \
             f"{len(bound)} placed workers of this job wait"
         parts.append(f"{placed} for them{holding}")
-    parts.extend(holders_text(r, resource_holders(cluster_pods, r)) for r in resources)
+    parts.extend(holders_text(r, resource_holders(cluster_pods, r, namespace))
+                 for r in resources)
     parts.append("gang scheduling (spec.gang.enabled) would hold nothing until all fit")
     return "; ".join(parts)

@@ -144,9 +144,10 @@ def why_not_placed(p: Pass) -> tuple[str, str] | None:
         name = pod_group_name(p.job.name, p.status.group_generation)
         pod_group = p.cluster.get_object(pod_group_path(p.job.namespace, name))
         message = gang_waiting_message(workers, current, pod_group, spec.gang.scheduler_name,
-                                       p.cluster.cached_all_pods())
+                                       p.cluster.cached_all_pods(), p.job.namespace)
         return (Reason.WAITING_FOR_GANG, message) if message else None
-    message = partial_placement_message(workers, current, p.cluster.cached_all_pods())
+    message = partial_placement_message(workers, current, p.cluster.cached_all_pods(),
+                                        p.job.namespace)
     return (Reason.UNSCHEDULABLE, message) if message else None
 
 

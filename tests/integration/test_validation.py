@@ -101,14 +101,29 @@ def test_invalid_job_is_refused_naming_the_field(
 @pytest.mark.parametrize(("name", "workers", "ok"), [
     ("a" * 54, 10, True),  # <54>-worker-9: exactly 63 characters
     ("a" * 54, 11, False),  # <54>-worker-10: 64
-    ("a" * 51, 1024, True),
+    ("a" * 51, 600, True),
     ("a" * 52, 1024, False),
 ])
 def test_longest_worker_hostname_decides(jobs: Jobs, name: str, workers: int, ok: bool) -> None:
-    proc = jobs.apply(job(name, "exit 0", workers=workers), check=False)
+    proc = jobs.apply(job(name, "exit 0", workers=workers, suspend=True), check=False)
     assert (proc.returncode == 0) == ok, proc.stderr
     if not ok:
         assert "metadata.name is too long for spec.workers" in proc.stderr
+
+
+@pytest.mark.parametrize(("name", "workers", "ok"), [
+    ("a" * 20, 1007, True),  # TF_CONFIG at most 131,010 bytes in any namespace
+    ("a" * 20, 1008, False),  # 131,140: more than one environment string may hold
+    ("a" * 51, 1024, False),  # a valid hostname (<51>-worker-1023), ~196 KB of TF_CONFIG
+])
+def test_tf_config_must_fit_one_environment_string(
+    jobs: Jobs, name: str, workers: int, ok: bool,
+) -> None:
+    proc = jobs.apply(job(name, "exit 0", workers=workers, suspend=True), check=False)
+    assert (proc.returncode == 0) == ok, proc.stderr
+    if not ok:
+        assert "TF_CONFIG lists every worker's address and must fit one environment variable" \
+            in proc.stderr
 
 
 def test_name_must_be_a_dns_1035_label(jobs: Jobs) -> None:

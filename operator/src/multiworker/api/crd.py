@@ -38,6 +38,15 @@ _ROOT_RULES = [
         "message": "metadata.name is too long for spec.workers: the longest worker hostname, "
         "<metadata.name>-worker-<spec.workers - 1>, must be at most 63 characters",
     },
+    {
+        # names.tf_config_bound, which the operator checks too.
+        "rule": "!has(self.spec) || !has(self.spec.workers) || self.spec.workers * "
+        "(2 * size(self.metadata.name) + size(string(self.spec.workers - 1)) + "
+        f"{names.TF_CONFIG_PER_WORKER}) + {names.TF_CONFIG_AROUND} <= {names.MAX_ENV_STRING}",
+        "message": "spec.workers is too large for metadata.name: TF_CONFIG lists every "
+        "worker's address and must fit one environment variable (128 KiB); shorten the name "
+        "or use fewer workers",
+    },
 ]
 
 _PRINTER_COLUMNS = [

@@ -31,6 +31,14 @@ _WORKER_INFIX = "-worker-"
 # Characters left for the job name plus the largest worker index in a pod hostname.
 NAME_AND_INDEX_BUDGET = MAX_DNS_LABEL - len(_WORKER_INFIX)
 _DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# One environment string (TF_CONFIG=...) may hold at most MAX_ARG_STRLEN bytes (32 pages of
+# 4 KiB on Linux): a longer one makes execve fail, so no worker could ever start.
+MAX_ENV_STRING = 131072
+# TF_CONFIG lists every worker's address. Per worker at most: 2 quotes and a comma, the job
+# name twice, "-worker-", the index, ".", ".", a namespace of 63, ".svc", ":" and a 5-digit
+# port; around the list at most this much ("TF_CONFIG=", the JSON around it, the task, NUL).
+TF_CONFIG_PER_WORKER = 3 + len(_WORKER_INFIX) + 2 + MAX_DNS_LABEL + len(".svc") + 1 + 5
+TF_CONFIG_AROUND = 100
 
 
 def service_name(job: str) -> str:
@@ -101,4 +109,17 @@ def name_problems(job: str, workers: int) -> list[str]:
             f"metadata.name: worker hostname {longest!r} is {len(longest)} characters, "
             f"more than {MAX_DNS_LABEL}; shorten the name or use fewer workers"
         )
+    if tf_config_bound(job, workers) > MAX_ENV_STRING:
+        problems.append(
+            f"spec.workers: TF_CONFIG for {workers} workers named {job!r} may take "
+            f"{tf_config_bound(job, workers)} bytes, more than the {MAX_ENV_STRING} one "
+            "environment variable may hold; shorten the name or use fewer workers"
+        )
     return problems
+
+
+def tf_config_bound(job: str, workers: int) -> int:
+    """An upper bound on the bytes of `TF_CONFIG=<json>` for any namespace and port: what the
+    CRD's CEL rule computes too (it cannot see the namespace)."""
+    index_digits = len(str(max(workers, 1) - 1))
+    return workers * (2 * len(job) + index_digits + TF_CONFIG_PER_WORKER) + TF_CONFIG_AROUND

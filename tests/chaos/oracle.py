@@ -151,8 +151,47 @@ def _pop(*keys: str) -> Callable[[Obj], None]:
     return repair
 
 
-def _set(key: str, value: str) -> Callable[[Obj], None]:
+def _set(key: str, value: Any) -> Callable[[Obj], None]:
     return lambda job: _pod_spec(job).update({key: value})
+
+
+def _tf_config_too_big(job: Obj) -> bool:
+    """names.tf_config_bound > names.MAX_ENV_STRING, as the CRD's rule computes it."""
+    workers = _get(job, "spec", "workers")
+    if not isinstance(workers, int):
+        return False
+    per_worker = 2 * len(job["metadata"]["name"]) + len(str(workers - 1)) + 86
+    return workers * per_worker + 100 > 131072
+
+
+def _fewer_workers(job: Obj) -> None:
+    while _tf_config_too_big(job):
+        _spec(job)["workers"] = max(1, _spec(job)["workers"] // 2)
+
+
+def _many_workers(job: Obj) -> None:
+    """1,024 workers and a 51-character name: a valid longest hostname, ~196 KB of TF_CONFIG."""
+    _spec(job)["workers"] = 1024
+    job["metadata"]["name"] = (job["metadata"]["name"] + "x" * 60)[:51]
+
+
+def _containers(job: Obj) -> list[Obj]:
+    found = _get(job, "spec", "template", "spec", "containers")
+    return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+
+
+def _container_restarts(job: Obj) -> bool:
+    return any("restartPolicy" in c or "restartPolicyRules" in c for c in _containers(job))
+
+
+def _drop_container_restarts(job: Obj) -> None:
+    for container in _containers(job):
+        container.pop("restartPolicy", None)
+        container.pop("restartPolicyRules", None)
+
+
+def _restart_one_container(job: Obj) -> None:
+    _containers(job)[0]["restartPolicy"] = "Always"
 
 
 RULES = [
@@ -181,6 +220,15 @@ RULES = [
          lambda j: any(k in (_get(j, "spec", "template", "spec") or {})
                        for k in ("hostname", "subdomain")),
          _pop("hostname", "subdomain"), _set("hostname", "mine")),
+    Rule("spec.workers is too large for metadata.name", "spec.workers", _tf_config_too_big,
+         _fewer_workers, _many_workers),
+    Rule("spec.template.spec.containers[].restartPolicy and restartPolicyRules must be unset",
+         "spec.template.spec.containers[0].restartPolicy", _container_restarts,
+         _drop_container_restarts, _restart_one_container),
+    Rule("spec.template.spec.hostNetwork must be false or unset",
+         "spec.template.spec.hostNetwork",
+         lambda j: _get(j, "spec", "template", "spec", "hostNetwork") is True,
+         _pop("hostNetwork"), _set("hostNetwork", True)),
 ]
 BREAKABLE = [r for r in RULES if r.message != "spec.workers can only change while the job is "
              "suspended"]

@@ -37,6 +37,13 @@ INVALID: list[tuple[str, Callable[[Obj], None], str]] = [
     ("restart-always", set_pod_spec(restartPolicy="Always"),
      "spec.template.spec.restartPolicy must be Never or unset"),
     ("own-hostname", set_pod_spec(hostname="mine"), "spec.template.spec.hostname"),
+    ("host-network", set_pod_spec(hostNetwork=True),
+     "spec.template.spec.hostNetwork: Invalid value"),
+    ("container-restarts", lambda m: container(m).update(restartPolicy="Always"),
+     "spec.template.spec.containers[0].restartPolicy: Invalid value"),
+    ("container-restart-rules", lambda m: container(m).update(restartPolicyRules=[
+        {"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]),
+     "restartPolicy and restartPolicyRules must be unset"),
     ("no-containers", set_pod_spec(containers=[]), "spec.template.spec.containers"),
     ("no-image", lambda m: container(m).pop("image"), "spec.template.spec.containers[0].image"),
     ("same-ports", set_spec(port=8471), "spec.health.progressPort must differ from spec.port"),

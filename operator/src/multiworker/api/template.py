@@ -19,12 +19,37 @@ from multiworker.api.schema import OpenModel, cel, validations
 class Container(OpenModel):
     """A core/v1 Container; the operator needs its name and image."""
 
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.restartPolicy) && !has(self.restartPolicyRules)",
+                "spec.template.spec.containers[].restartPolicy and restartPolicyRules must be "
+                "unset: a worker's container is never restarted alone, the operator restarts "
+                "the whole group (a native sidecar goes in initContainers with restartPolicy "
+                "Always)",
+                ".restartPolicy",
+            )
+        )
+    )
+
     name: str = Field(min_length=1)
     """Container name (a DNS label, unique in the pod). The one named `tensorflow` (or else
     the first) trains and gets TF_CONFIG and the MWJ_* environment."""
     image: str = Field(min_length=1)
     """Container image, e.g. multiworker.local/worker:dev. Required here: no workload
     controller fills it in later."""
+    restart_policy: str | None = None
+    """Must be unset: restarts are the operator's, by whole group."""
+    restart_policy_rules: list[Any] | None = None
+    """Must be unset: restarts are the operator's, by whole group."""
+
+    @model_validator(mode="after")
+    def _restarts_are_the_operators(self) -> Container:
+        if self.restart_policy is not None or self.restart_policy_rules is not None:
+            raise ValueError(
+                f"containers[{self.name}]: restartPolicy and restartPolicyRules must be unset: "
+                "the operator restarts the whole group, never one container")
+        return self
 
 
 class TemplateMetadata(OpenModel):
@@ -64,6 +89,12 @@ class PodSpec(OpenModel):
                 "spec.template.spec.hostname and subdomain must be unset: the operator gives "
                 "each worker its DNS name",
             ),
+            cel(
+                "!has(self.hostNetwork) || !self.hostNetwork",
+                "spec.template.spec.hostNetwork must be false or unset: two workers on one "
+                "node would clash on spec.port and spec.health.progressPort",
+                ".hostNetwork",
+            ),
         )
     )
 
@@ -76,6 +107,8 @@ class PodSpec(OpenModel):
     """Must be unset: the operator names each worker <job>-worker-<index>."""
     subdomain: str | None = None
     """Must be unset: the operator puts every worker in the job's headless Service."""
+    host_network: bool | None = None
+    """Must be false or unset: workers on one node would share its ports."""
 
     @model_validator(mode="after")
     def _operator_owned_fields(self) -> PodSpec:
@@ -86,6 +119,9 @@ class PodSpec(OpenModel):
             )
         if self.hostname is not None or self.subdomain is not None:
             raise ValueError("hostname and subdomain must be unset: the operator sets them")
+        if self.host_network:
+            raise ValueError("hostNetwork must be false or unset: two workers on one node "
+                             "would clash on spec.port and spec.health.progressPort")
         return self
 
 

@@ -10,6 +10,7 @@ while holding the cluster (`flock /tmp/mw-cluster.lock ...`), never beside other
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,3 +101,14 @@ def recorder(cluster: Cluster, namespace: str) -> Iterator[Recorder]:
 
 def operator_log(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
+
+
+@pytest.fixture
+def shared_dir(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """A host directory the honest job's workers share (the heartbeat of the pacemaker), on
+    every node: the honest job's workers may land on different ones (kind)."""
+    if cluster.shared_dir is None:
+        pytest.skip("no directory shared by every node is known for the honest job's heartbeat")
+    path = f"{cluster.shared_dir}/chaos-{namespace}"
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -6,10 +6,8 @@ declared hung, and named, as if nothing else were going on."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
@@ -19,7 +17,6 @@ from tests.chaos.config import Chaos
 from tests.chaos.conftest import Figures, operator_log
 from tests.chaos.progress_servers import ABUSIVE, HONEST
 from tests.chaos.workers import real_job, running_generation
-from tests.cluster import Cluster
 from tests.integration.conftest import OperatorProcess
 from tests.integration.jobs import Jobs, condition
 from tests.support import wait_for
@@ -73,17 +70,6 @@ class Sampler:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
-
-
-@pytest.fixture
-def shared_dir(cluster: Cluster, namespace: str) -> Iterator[str]:
-    """A host directory the honest job's workers share (the heartbeat of the pacemaker), on
-    every node: the honest job's workers may land on different ones (kind)."""
-    if cluster.shared_dir is None:
-        pytest.skip("no directory shared by every node is known for the honest job's heartbeat")
-    path = f"{cluster.shared_dir}/chaos-{namespace}"
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_abusive_progress_servers_leave_memory_and_hang_detection_intact(

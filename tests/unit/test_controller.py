@@ -3,14 +3,17 @@ and never mistaken for news; kopf is only the process runner."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from multiworker.clients.informer import Store
+from multiworker.clients.leader import Elector
 from multiworker.controller import Controller
 from multiworker.handlers import operator_settings
 from multiworker.reconcile.view import View
 
 from tests.unit.builders import NAMESPACE, job_body
+from tests.unit.test_leader import Clock, LeaseAPI
 
 KEY = (NAMESPACE, "demo")
 
@@ -58,3 +61,21 @@ def test_kopf_only_runs_the_process() -> None:
     settings = operator_settings()
     assert settings.scanning.disabled and settings.peering.standalone
     assert settings.posting.enabled is False
+
+
+def test_a_pass_skipped_during_a_lease_lapse_runs_again_once_the_lease_is_renewed() -> None:
+    """Before: the pass was dropped and, since the renewal flipped nothing inside one step,
+    never requeued; a worker that hung afterwards was never restarted."""
+    api, clock = LeaseAPI(), Clock()
+    controller = Controller(None, [NAMESPACE], "me")  # type: ignore[arg-type]
+    controller.elector = Elector(api, "me", controller._leadership_changed,  # type: ignore[arg-type]
+                                 clock=clock)
+    controller.view.job_store.put(versioned("1"))
+    controller.elector.want({NAMESPACE})
+    controller.elector.step(NAMESPACE)
+    controller.queue = type(controller.queue)()  # what leading queued: done
+    clock.t += 11  # the renewal is late: past the deadline
+    asyncio.run(controller._process(KEY))  # a due pass: skipped, not leading
+    assert len(controller.queue) == 0
+    controller.elector.step(NAMESPACE)  # the renewal lands
+    assert len(controller.queue) == 1

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 Manifest = dict[str, Any]
 COMPONENT = "multiworker-operator"
+LEASE_CALL_SECONDS = 3.0
 
 
 # Every (API group, resource, verb) the operator calls — the chart's RBAC grants exactly these
@@ -199,13 +200,16 @@ class Cluster:
 
     # --- leases (leader election) ---
 
+    # Lease calls give up well before the leader's deadline (leader.DEADLINE_SECONDS): a
+    # renewal that arrives later is worth nothing, and a waiting call would delay the next try.
     def get_lease(self, namespace: str, name: str) -> Manifest | None:
-        return self._get(_lease_path(namespace, name))
+        return self._get(_lease_path(namespace, name), timeout=LEASE_CALL_SECONDS)
 
     def create_lease(self, lease: Manifest) -> Manifest | None:
         """The created Lease; None when another candidate created it first."""
         try:
-            return self.rest.call("POST", _lease_path(lease["metadata"]["namespace"]), lease)
+            return self.rest.call("POST", _lease_path(lease["metadata"]["namespace"]), lease,
+                                  timeout=LEASE_CALL_SECONDS)
         except ApiException as e:
             if e.status == 409:
                 return None
@@ -215,7 +219,8 @@ class Cluster:
         """PUT with the read resourceVersion: None when someone else wrote it meanwhile."""
         meta = lease["metadata"]
         try:
-            return self.rest.call("PUT", _lease_path(meta["namespace"], meta["name"]), lease)
+            return self.rest.call("PUT", _lease_path(meta["namespace"], meta["name"]), lease,
+                                  timeout=LEASE_CALL_SECONDS)
         except ApiException as e:
             if e.status in (404, 409):
                 return None
@@ -249,9 +254,9 @@ class Cluster:
         }
         self.rest.call("POST", _core_path(meta["namespace"], "events"), event)
 
-    def _get(self, path: str) -> Manifest | None:
+    def _get(self, path: str, timeout: float | None = None) -> Manifest | None:
         try:
-            return self.rest.call("GET", path)
+            return self.rest.call("GET", path, timeout=timeout)
         except ApiException as e:
             if e.status == 404:
                 return None

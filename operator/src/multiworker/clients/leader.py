@@ -114,8 +114,14 @@ class Elector:
     _kick: asyncio.Event = field(default_factory=asyncio.Event)
 
     def leads(self, namespace: str) -> bool:
+        """Whether this instance may act in `namespace` now. A lapse (no renewal for the
+        deadline) is announced the moment it is seen, and the renewal that ends it is announced
+        again by the next step, so every pass skipped meanwhile runs again."""
         held = self._held.get(namespace)
-        return held is not None and self.clock() - held[1] < self.deadline_seconds
+        leading = held is not None and self.clock() - held[1] < self.deadline_seconds
+        if not leading and self._announced.get(namespace):
+            self._announce(namespace, False)
+        return leading
 
     def want(self, namespaces: set[str]) -> None:
         """The namespaces with jobs: compete for their Leases (at once, for new ones)."""
@@ -124,9 +130,15 @@ class Elector:
         self._wanted = set(namespaces)
 
     async def run(self) -> None:
+        """Every namespace's round at once (API calls in threads, each bounded by the Lease
+        call timeout), then the announcements here, on the event loop: one slow namespace never
+        delays the renewal of the others."""
         while True:
-            for namespace in sorted(self._wanted | set(self._held)):
-                await asyncio.to_thread(self.step, namespace)
+            namespaces = sorted(self._wanted | set(self._held))
+            await asyncio.gather(*(asyncio.to_thread(self._round, ns) for ns in namespaces))
+            for namespace in namespaces:
+                self._settle(namespace)
+            metrics.LEADING.set(sum(1 for ns in list(self._held) if self.leads(ns)))
             self._kick.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), jittered(self.renew_seconds))
@@ -141,8 +153,12 @@ class Elector:
         metrics.LEADING.set(0)
 
     def step(self, namespace: str) -> None:
-        """One round for one namespace: renew, acquire, follow — or let go."""
-        was = self._announced.get(namespace, False)
+        """One round for one namespace, then its announcement (what run() does for all)."""
+        self._round(namespace)
+        self._settle(namespace)
+
+    def _round(self, namespace: str) -> None:
+        """Renew, acquire, follow — or let go. API calls only: no announcement."""
         try:
             if namespace not in self._wanted:
                 self._let_go(namespace)
@@ -150,12 +166,26 @@ class Elector:
                 self._compete(namespace)
         except Exception as e:  # the API is down: keep trying; the deadline protects us
             log.warning("leader election in %s failed: %s", namespace, e)
-        now = self._announced[namespace] = self.leads(namespace)
-        if now != was:
-            log.info("%s the jobs of namespace %s%s", "handling" if now else "no longer handling",
-                     namespace, "" if now else self._who(namespace))
-            self.on_change(namespace, now)
-        metrics.LEADING.set(sum(1 for ns in self._held if self.leads(ns)))
+
+    def _settle(self, namespace: str) -> None:
+        """Announce whether this instance leads `namespace` if that differs from what was last
+        announced — compared now, after the round, so a lapse seen during a slow renewal is
+        followed by a new start."""
+        leading = self.leads(namespace)
+        if leading != self._announced.get(namespace, False):
+            self._announce(namespace, leading)
+
+    def _announce(self, namespace: str, leading: bool) -> None:
+        self._announced[namespace] = leading
+        if leading:
+            log.info("handling the jobs of namespace %s", namespace)
+        else:
+            held = self._held.get(namespace)
+            lapse = (f" (no renewal of its Lease for {self.clock() - held[1]:.0f}s)"
+                     if held is not None else "")
+            log.warning("no longer handling the jobs of namespace %s%s%s", namespace, lapse,
+                        self._who(namespace))
+        self.on_change(namespace, leading)
 
     def _renew(self, namespace: str) -> bool:
         lease, _ = self._held[namespace]

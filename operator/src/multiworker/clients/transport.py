@@ -157,11 +157,11 @@ class Transport:
             method, path, query_params=query, header_params=headers, body=body,
             auth_settings=["BearerToken"],
         )
-        timeout = self.settings.timeout_seconds
+        timeout = read_timeout or self.settings.timeout_seconds
         code = "error"
         try:
             response = self.api.call_api(
-                *request, _request_timeout=(min(timeout, 10), read_timeout or timeout))
+                *request, _request_timeout=(min(timeout, 10), timeout))
             code = str(response.status)
             if not 200 <= response.status < 300:
                 response.read()
@@ -176,9 +176,12 @@ class Transport:
     def call(
         self, method: str, path: str, body: Manifest | None = None,
         query: list[tuple[str, str]] | None = None, content_type: str = "application/json",
+        timeout: float | None = None,
     ) -> Manifest:
+        """One call; `timeout` (seconds) replaces --request-timeout for calls that must give
+        up sooner (a Lease renewal, which is worthless after the leader's deadline)."""
         self.limiter.acquire()
-        response = self.request(method, path, body, query, content_type)
+        response = self.request(method, path, body, query, content_type, read_timeout=timeout)
         response.read()
         found: Manifest = json.loads(response.data) if response.data else {}
         return found

@@ -7,6 +7,7 @@ stopped by the kubelet once the trainer exits, so the pod ends by itself."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -49,3 +50,28 @@ def test_a_native_sidecar_job_succeeds_and_its_pods_end(jobs: Jobs) -> None:
     assert status["restarts"] == 0 and status["disruptions"] == 0
     wait_for(lambda: not [p for p in pod_phases(jobs, "native").values() if p == "Running"],
              60, describe=lambda: f"pods still Running: {pod_phases(jobs, 'native')}")
+
+
+def test_a_sidecar_inserted_first_into_a_running_job_waits_for_the_next_group(
+    jobs: Jobs,
+) -> None:
+    """The job trains in `main` (no container named tensorflow: the first one trains). A
+    sidecar inserted first must not make the running pods look like pods that never started
+    (they were judged by the edited template: Failed, StartupTimeout); the edit takes effect
+    with the next group."""
+    manifest = job("edited", "exec sleep 3600", workers=2,
+                   health={"startupTimeoutSeconds": 5})
+    manifest["spec"]["template"]["spec"]["containers"][0]["name"] = "main"
+    jobs.apply(manifest)
+    jobs.wait_running("edited")
+    template = manifest["spec"]["template"]
+    template["spec"]["containers"].insert(0, SIDECAR)
+    jobs.patch_spec("edited", template=template)
+    deadline = time.monotonic() + 20  # four startup timeouts
+    while time.monotonic() < deadline:
+        status = jobs.status("edited")
+        assert status["phase"] == "Running" and status.get("restarts", 0) == 0, \
+            jobs.describe("edited")
+        time.sleep(1)
+    assert {p["metadata"]["annotations"]["multiworker.dev/trainer-container"]
+            for p in jobs.pods("edited")} == {"main"}

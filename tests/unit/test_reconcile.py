@@ -153,6 +153,32 @@ def test_pods_a_sidecar_keeps_running_are_deleted_when_the_job_succeeds() -> Non
     assert deleted == {"demo-worker-0", "demo-worker-2"}
 
 
+def test_a_template_edited_while_running_judges_no_running_pod_by_the_new_template() -> None:
+    """A job without a `tensorflow` container trains in its first one; inserting a sidecar
+    first made every running pod look Starting since its creation -> Failed: StartupTimeout.
+    Each pod is judged by what it was created with; the edit applies to the next group."""
+    main = {"name": "main", "image": "w"}
+    cluster = make(template={"spec": {"containers": [main]}},
+                   health={"startupTimeoutSeconds": 60})
+    step(cluster)
+    for pod in cluster.pods.values():  # the kubelet reports the pod's own container
+        pod["spec"]["nodeName"] = "node-1"
+        pod["status"] = {"phase": "Running", "podIP": "10.88.0.10",
+                         "conditions": [{"type": "Ready", "status": "True"}],
+                         "containerStatuses": [{"name": "main", "state": {"running": {}}}]}
+    step(cluster)
+    assert cluster.status["phase"] == "Running"
+    sidecar = {"name": "log-shipper", "image": "s"}
+    cluster.set_spec(template={"spec": {"containers": [sidecar, main]}})
+    for _ in range(3):
+        step(cluster, seconds=60)
+    assert cluster.status["phase"] == "Running", conditions(cluster)
+    assert cluster.status.get("restarts", 0) == 0 and cluster.created_pods == PODS
+    # The pods record their trainer; the next group's pods record the new first container.
+    assert {p["metadata"]["annotations"]["multiworker.dev/trainer-container"]
+            for p in cluster.pods.values()} == {"main"}
+
+
 def test_clean_pod_policy_all_and_ttl() -> None:
     cluster = started(cleanPodPolicy="All", ttlSecondsAfterFinished=60)
     for i in range(3):

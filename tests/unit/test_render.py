@@ -142,7 +142,9 @@ def test_template_is_kept_and_only_the_trainer_gets_the_env() -> None:
     }
     assert pod["spec"]["terminationGracePeriodSeconds"] == 5
     assert pod["metadata"]["labels"]["team"] == "ml"
-    assert pod["metadata"]["annotations"] == {"note": "x"}
+    assert pod["metadata"]["annotations"] == {
+        "note": "x", "multiworker.dev/trainer-container": "tensorflow",
+        "multiworker.dev/progress-port": "8471"}  # what the pod is judged by, as created
     # The job's own template is untouched.
     assert "hostname" not in job.spec.template.as_dict()["spec"]
 

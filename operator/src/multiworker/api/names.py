@@ -16,6 +16,11 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 LABEL_JOB_NAME = f"{GROUP}/job-name"
 LABEL_WORKER_INDEX = f"{GROUP}/worker-index"
 LABEL_GROUP_GENERATION = f"{GROUP}/group-generation"
+# What a worker pod was created with, so it is judged by that, not by a template edited since
+# (template changes take effect with the next group): its training container, and the port
+# where it serves GET /progress.
+ANNOTATION_TRAINER = f"{GROUP}/trainer-container"
+ANNOTATION_PROGRESS_PORT = f"{GROUP}/progress-port"
 # The coscheduling plugin groups pods by this label (gang scheduling, gang.py).
 LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
 FINALIZER = f"{GROUP}/finalizer"

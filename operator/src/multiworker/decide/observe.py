@@ -73,6 +73,7 @@ class WorkerState:
     # classic sidecar (a log shipper, istio-proxy) runs on leaves its pod Running, holding its
     # GPUs: cleanup goes by this, not by the trainer.
     pod_ended: bool = False
+    progress_port: int | None = None  # where it serves GET /progress, as created
 
 
 @dataclass(frozen=True)
@@ -153,16 +154,34 @@ def observe_group(
     return ObservedGroup(generation, group, tuple(stale), tuple(sorted(foreign)))
 
 
-def classify(pod: Pod, index: int, container: str) -> WorkerState:
-    """The state of one worker pod, judged by its training container and its pod status."""
+def trainer_of(pod: Pod, fallback: str) -> str:
+    """The pod's training container as the pod was created: recorded on it, else the rule
+    (`tensorflow`, or the first container) applied to its own containers. Never the job's
+    current template, which may have been edited since (a sidecar inserted first)."""
     meta = pod.get("metadata", {})
+    recorded = (meta.get("annotations") or {}).get(names.ANNOTATION_TRAINER)
+    if recorded:
+        return str(recorded)
+    containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+    if names.TRAINER_CONTAINER in containers:
+        return names.TRAINER_CONTAINER
+    return str(containers[0]) if containers and containers[0] else fallback
+
+
+def classify(pod: Pod, index: int, container: str) -> WorkerState:
+    """The state of one worker pod, judged by its training container (as the pod was created;
+    `container` only for a pod that says nothing) and its pod status."""
+    meta = pod.get("metadata", {})
+    container = trainer_of(pod, container)
     state = _classify(pod, index, container)
     trainer = _container_status(pod.get("status", {}).get("containerStatuses", []), container)
     return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta,
                    ip=pod.get("status", {}).get("podIP") or "",
                    node=(pod.get("spec") or {}).get("nodeName") or "",
                    image_id=(trainer or {}).get("imageID") or "",
-                   pod_ended=pod.get("status", {}).get("phase") in ("Succeeded", "Failed"))
+                   pod_ended=pod.get("status", {}).get("phase") in ("Succeeded", "Failed"),
+                   progress_port=_int((meta.get("annotations") or {})
+                                      .get(names.ANNOTATION_PROGRESS_PORT)))
 
 
 def _classify(pod: Pod, index: int, container: str) -> WorkerState:

@@ -119,8 +119,12 @@ def poll_targets(p: Pass) -> Targets | None:
         workers = tuple(w for w in workers if w[0] == 0)
     if not workers:
         return None
+    # The port the group's pods were created with (health.progressPort may have been edited
+    # since: that takes effect with the next group).
+    port = next((w.progress_port for w in group.workers if w.progress_port),
+                health.progress_port)
     return Targets(
-        generation=s.group_generation, port=health.progress_port, workers=workers,
+        generation=s.group_generation, port=port, workers=workers,
         all_running=group.all_running and not group.stale,
         progress_timeout=health.progress_timeout_seconds,
         straggler_threshold=health.straggler_threshold,

@@ -4,6 +4,7 @@ and never mistaken for news; kopf is only the process runner."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from multiworker.clients.informer import Store
@@ -79,3 +80,27 @@ def test_a_pass_skipped_during_a_lease_lapse_runs_again_once_the_lease_is_renewe
     assert len(controller.queue) == 0
     controller.elector.step(NAMESPACE)  # the renewal lands
     assert len(controller.queue) == 1
+
+
+def test_a_created_pod_the_watch_already_showed_is_not_expected_again() -> None:
+    """The ADDED event of a pod this pass created can arrive before the pass ends; recording
+    it as expected after that kept it 60 s, so a pod deleted in that window read as Creating
+    instead of missing (a disruption seen a minute late)."""
+    from datetime import UTC, datetime
+
+    from multiworker.reconcile.context import Outcome
+
+    controller = Controller(None, [NAMESPACE], None)  # type: ignore[arg-type]
+    pod = {"metadata": {"name": "demo-worker-0", "namespace": NAMESPACE,
+                        "labels": {"multiworker.dev/job-name": "demo"}}, "spec": {}}
+    began = time.monotonic()
+    controller._on_pod("ADDED", None, pod)  # the watch is faster than the pass
+    controller._on_pod("DELETED", pod, None)  # and the pod is gone at once
+
+
+    async def pass_ends() -> None:  # (it queues the job's resync on the loop)
+        controller._after(KEY, Outcome(created=("demo-worker-0", "demo-worker-1")),
+                          datetime.now(UTC), began)
+
+    asyncio.run(pass_ends())
+    assert controller._still_expected(KEY) == frozenset({"demo-worker-1"})

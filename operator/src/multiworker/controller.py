@@ -83,6 +83,10 @@ class Controller:
     _loop: asyncio.AbstractEventLoop | None = field(init=False, default=None)
     _failures: dict[Key, int] = field(init=False, default_factory=dict)
     _expected: dict[Key, dict[str, float]] = field(init=False, default_factory=dict)
+    # When the pod watch last said anything of a (job, pod name): a pod created by a pass is
+    # expected only if the watch has not spoken of it since that pass began (its ADDED, even
+    # its DELETED, can arrive before the pass ends).
+    _pod_seen: dict[Key, dict[str, float]] = field(init=False, default_factory=dict)
     _in_pass: dict[Key, float] = field(init=False, default_factory=dict)
     _jobs_per_namespace: dict[str, int] = field(init=False, default_factory=dict)
 
@@ -181,8 +185,9 @@ class Controller:
         job = _pod_job(obj)
         if job is None:
             return
-        if new is not None:
-            self._expected.get(job, {}).pop(new["metadata"].get("name", ""), None)
+        name = obj["metadata"].get("name", "")
+        self._expected.get(job, {}).pop(name, None)
+        self._pod_seen.setdefault(job, {})[name] = time.monotonic()
         self._pods_by_node_update(old, new)
         self.queue.add(job)
 
@@ -242,7 +247,7 @@ class Controller:
             return
         now = self.clock()
         expected = self._still_expected(key)
-        self._in_pass[key] = time.monotonic()
+        began = self._in_pass[key] = time.monotonic()
         started = time.perf_counter()
         try:
             outcome = await asyncio.to_thread(reconcile, self.view, key[0], key[1], now,
@@ -255,21 +260,24 @@ class Controller:
             self._in_pass.pop(key, None)
             metrics.PASS_SECONDS.observe(time.perf_counter() - started)
         self._failures.pop(key, None)
-        self._after(key, outcome, now)
+        self._after(key, outcome, now, began)
 
-    def _after(self, key: Key, outcome: Outcome, now: datetime) -> None:
+    def _after(self, key: Key, outcome: Outcome, now: datetime, began: float) -> None:
         if outcome.gone:
             self.poller.forget(key)
             self.queue.forget(key)
             self.view.forget(key)
             self._expected.pop(key, None)
+            self._pod_seen.pop(key, None)
             metrics.set_job_phase(key[0], key[1], None)
             return
         if outcome.written is not None:
             self.view.remember_write(key, *outcome.written)
         if outcome.created:
             deadline = time.monotonic() + EXPECT_SECONDS
-            self._expected.setdefault(key, {}).update(dict.fromkeys(outcome.created, deadline))
+            seen = self._pod_seen.get(key, {})
+            unseen = [n for n in outcome.created if seen.get(n, 0.0) < began]
+            self._expected.setdefault(key, {}).update(dict.fromkeys(unseen, deadline))
         self.poller.after_pass(key, outcome.targets, now)
         requeue = outcome.requeue
         job = self.view.cached_job(*key)

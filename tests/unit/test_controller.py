@@ -41,6 +41,23 @@ def test_a_pass_reads_our_own_write_until_the_cache_catches_up() -> None:
     assert view.cached_job(*KEY)["status"]["groupGeneration"] == 5  # type: ignore[index]
 
 
+def test_two_quick_writes_leave_no_stale_read_between_them() -> None:
+    """The second write of ours lands before the cache shows the first: the cache two versions
+    behind must still read as our latest write (it read as the stale version, and the next pass
+    wrote against it and looped on 409s)."""
+    jobs = Store()
+    view = View(None, jobs, Store(), Store())  # type: ignore[arg-type]
+    jobs.put(versioned("5", groupGeneration=0))
+    view.remember_write(KEY, "5", versioned("6", groupGeneration=1))
+    view.remember_write(KEY, "6", versioned("7", groupGeneration=2))  # the cache still at 5
+    assert view.cached_job(*KEY)["metadata"]["resourceVersion"] == "7"  # type: ignore[index]
+    jobs.put(versioned("6", groupGeneration=1))  # our first write, delivered
+    assert view.cached_job(*KEY)["metadata"]["resourceVersion"] == "7"  # type: ignore[index]
+    jobs.put(versioned("7", groupGeneration=2))
+    assert view.cached_job(*KEY)["metadata"]["resourceVersion"] == "7"  # type: ignore[index]
+    assert KEY not in view.written
+
+
 def test_the_event_of_our_own_write_wakes_nothing() -> None:
     controller = Controller(None, ["ml"], None)  # type: ignore[arg-type]
     controller.view.remember_write(KEY, "5", versioned("6"))

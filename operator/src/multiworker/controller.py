@@ -174,10 +174,12 @@ class Controller:
         self.queue.add(key)
 
     def _own_echo(self, key: Key, new: Manifest) -> bool:
-        """The event of our own status write: nothing new to look at."""
+        """The event of one of our own status writes (the latest, or one it replaced): nothing
+        new to look at."""
         ours = self.view.written.get(key)
+        version = new["metadata"].get("resourceVersion")
         return ours is not None and \
-            ours[1]["metadata"]["resourceVersion"] == new["metadata"].get("resourceVersion")
+            (ours[1]["metadata"]["resourceVersion"] == version or version in ours[0])
 
     def _on_pod(self, kind: str, old: Manifest | None, new: Manifest | None) -> None:
         obj = new or old

@@ -52,6 +52,7 @@ from multiworker.reconcile.transitions import (
 from multiworker.reconcile.unrunnable import fail_invalid_spec, refuse_unreadable_status
 
 Manifest = dict[str, Any]
+CONFLICT_RETRY_SECONDS = 1.0
 
 # A stale pod still there this long after its deletion deadline may be force-deleted — but
 # only if its node is gone or unreachable (else its kubelet is still stopping it).
@@ -92,8 +93,10 @@ def reconcile(
     try:
         written = commit(p)
     except Conflict:
+        # Its watch event wakes the job again; this is the fallback if the cache lags, never
+        # a loop of 409s at full speed.
         log.debug("the job changed during this pass: reading it again")
-        return Outcome(requeue=0)
+        return Outcome(requeue=CONFLICT_RETRY_SECONDS)
     except Gone:
         return Outcome(gone=True)
     read = str(body["metadata"].get("resourceVersion", ""))

@@ -25,7 +25,10 @@ class View:
     job_store: Store
     pod_store: Store
     node_store: Store
-    written: dict[Key, tuple[str, Manifest]] = field(default_factory=dict)
+    # Our latest status write of a job, and every version our writes replaced since the cache
+    # last caught up: two quick writes leave the cache two versions behind, and it must not
+    # read as news (a pass on it would write against a stale version and loop on 409s).
+    written: dict[Key, tuple[frozenset[str], Manifest]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def cached_job(self, namespace: str, name: str) -> Manifest | None:
@@ -34,15 +37,17 @@ class View:
             ours = self.written.get((namespace, name))
             if ours is None or cached is None:
                 return cached
-            if cached["metadata"].get("resourceVersion") == ours[0]:
-                return ours[1]  # the cache still shows the version our write replaced
+            if cached["metadata"].get("resourceVersion") in ours[0]:
+                return ours[1]  # the cache still shows a version our writes replaced
             del self.written[(namespace, name)]
         return cached
 
     def remember_write(self, key: Key, read_version: str, body: Manifest) -> None:
-        """Until the cache shows a newer version than `read_version`, passes read `body`."""
+        """Until the cache shows a version none of our writes replaced, passes read `body`."""
         with self._lock:
-            self.written[key] = (read_version, body)
+            earlier = self.written.get(key)
+            replaced = earlier[0] if earlier is not None else frozenset()
+            self.written[key] = (replaced | {read_version}, body)
 
     def forget(self, key: Key) -> None:
         with self._lock:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from multiworker.api import names
 from multiworker.clients.kube import Cluster
 from multiworker.clients.transport import Expired
 
@@ -47,17 +48,35 @@ def slim(obj: Manifest) -> Manifest:
     return {**obj, "metadata": meta}
 
 
+_POD_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
+             "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds")
+_POD_STATUS = ("phase", "reason", "message", "hostIP", "podIP", "conditions")
+_CONTAINER_STATUS = ("name", "state", "imageID", "ready")
+
+
 def slim_pod(pod: Manifest) -> Manifest:
-    """A pod as observe.py and placement.py read it: metadata, node, the containers' names and
-    resources, and status — not the whole spec (commands, env, volumes)."""
-    pod = slim(pod)
-    spec = pod.get("spec") or {}
-    kept: Manifest = {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec}
+    """A pod as observe.py and placement.py read it, and nothing more: a cache of 8,000 pods
+    must not keep their commands, env, volumes or users' annotations (up to 256 KiB each).
+    Metadata: identity, labels, owners, times and the operator's own annotations; spec: node,
+    scheduler, the containers' names and resources; status: phase, reason, addresses,
+    conditions and each container's state and image."""
+    meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
+    kept_meta: Manifest = {k: meta[k] for k in _POD_META if k in meta}
+    ours = {k: v for k, v in (meta.get("annotations") or {}).items()
+            if k.startswith(f"{names.GROUP}/")}
+    if ours:
+        kept_meta["annotations"] = ours
+    kept_spec: Manifest = {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec}
     for key in ("containers", "initContainers"):
         if key in spec:
-            kept[key] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
-                         for c in spec[key]]
-    return {**pod, "spec": kept}
+            kept_spec[key] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
+                              for c in spec[key]]
+    kept_status: Manifest = {k: status[k] for k in _POD_STATUS if k in status}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        if key in status:
+            kept_status[key] = [{k: c[k] for k in _CONTAINER_STATUS if k in c}
+                                for c in status[key]]
+    return {"metadata": kept_meta, "spec": kept_spec, "status": kept_status}
 
 
 def slim_node(node: Manifest) -> Manifest:
@@ -200,7 +219,12 @@ class Informer:
         cont: str | None = None
         while True:
             page = self.cluster.list_page(self.path, self.selector, LIST_PAGE, cont)
-            items.extend(self.transform(item) for item in page.get("items", []))
+            # An object the store holds at the same version is kept as it is: a relist then
+            # holds one copy of the cache, not two, until the store is replaced.
+            for item in page.get("items", []):
+                held = self.store.get(key_of(item))
+                same = held is not None and _version(held) == _version(item)
+                items.append(held if same and held is not None else self.transform(item))
             cont = (page.get("metadata") or {}).get("continue") or None
             if cont is None:
                 break

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from multiworker.decide.progress import final_progress
 from multiworker.runtime.exits import write_termination_message
 
 SCRIPT = """
@@ -81,3 +82,27 @@ def test_the_termination_message_is_written_only_where_kubernetes_mounted_it(
     assert mounted.read_text() == "é" * 2048
     assert not write_termination_message("x", str(tmp_path / "absent"))
     assert not (tmp_path / "absent").exists()
+
+
+def test_a_worker_that_finishes_leaves_its_final_report_as_its_termination_message(
+    tmp_path: Path,
+) -> None:
+    """The last poll may come before the end (a Succeeded job showed step 220 of 300): the
+    worker's own last report goes where the kubelet keeps it, for the operator to read."""
+    script = SCRIPT.replace('print("tensorflow imported:"',
+                            'ctx.progress.step_done(300, 0.05); ctx.progress.epoch_done(20); '
+                            'print("tensorflow imported:"')
+    script = script.replace("runtime.run(main)", (
+        "import multiworker.runtime.exits as exits\n"
+        f"exits.TERMINATION_LOG = {str(tmp_path / 'termination-log')!r}\n"
+        "runtime.run(main)"))
+    (tmp_path / "termination-log").write_text("")
+    result = subprocess.run([sys.executable, "-c", script, "done"], check=False,
+                            env={"MWJ_PROGRESS_PORT": "0", "PATH": "/usr/bin:/bin"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    message = (tmp_path / "termination-log").read_text()
+    final = final_progress(message)
+    assert final is not None, message
+    assert (final.step, final.epoch, final.loss) == (300, 20, 0.05)
+    assert "peers" not in message and len(message) < 1024

@@ -12,6 +12,7 @@ from multiworker.decide.progress import (
     GroupHealth,
     Report,
     Targets,
+    final_progress,
     parse_report,
     progress_key,
     progress_of,
@@ -129,3 +130,17 @@ def test_accuracy_reaches_status_when_reported(reported: Any, expected: float | 
     answer = report(accuracy=reported) if reported is not None else report()
     progress = progress_of(polls((0, {0: answer, 1: None})))
     assert progress is not None and progress.accuracy == expected
+
+
+@pytest.mark.parametrize(("message", "step"), [
+    ('final progress: {"workerIndex":0,"generation":1,"phase":"done","step":300}', 300),
+    ('final progress: {"workerIndex":0,"generation":1,"phase":"done","step":-1}', None),
+    ("final progress: not json", None),
+    ('{"workerIndex":0,"generation":1,"phase":"done","step":300}', None),  # no prefix
+    ("Traceback (most recent call last): ...", None),
+])
+def test_final_progress_is_read_only_from_a_well_formed_final_report(
+    message: str, step: int | None,
+) -> None:
+    found = final_progress(message)
+    assert (found.step if found else None) == step

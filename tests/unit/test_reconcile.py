@@ -179,6 +179,26 @@ def test_a_template_edited_while_running_judges_no_running_pod_by_the_new_templa
             for p in cluster.pods.values()} == {"main"}
 
 
+def test_a_succeeded_job_shows_the_chiefs_final_figures_not_the_last_poll() -> None:
+    """The last poll came before the end (step 220 of 300 shown for a finished run): the
+    chief's final report, left as its termination message, is what status.progress says."""
+    cluster = started()
+    final = ('final progress: {"workerIndex":0,"generation":0,"phase":"done","step":300,'
+             '"epoch":20,"loss":0.05,"lastCheckpointStep":300,"restoredFromStep":0}')
+    cluster.exit(0, 0, message=final)
+    step(cluster)
+    assert cluster.status["phase"] == "Succeeded"
+    progress = cluster.status["progress"]
+    assert (progress["step"], progress["epoch"], progress["lastCheckpointStep"]) == (300, 20, 300)
+
+
+def test_a_plain_script_that_leaves_no_final_report_keeps_what_was_polled() -> None:
+    cluster = started()
+    cluster.exit(0, 0, message="bye")
+    step(cluster)
+    assert cluster.status["phase"] == "Succeeded" and "progress" not in cluster.status
+
+
 def test_clean_pod_policy_all_and_ttl() -> None:
     cluster = started(cleanPodPolicy="All", ttlSecondsAfterFinished=60)
     for i in range(3):

@@ -36,6 +36,10 @@ DEFAULT_COLLECTIVE_TIMEOUT_SECONDS = 300
 
 # Worker HTTP endpoints (on MWJ_PROGRESS_PORT).
 PROGRESS_PATH = "/progress"
+# A worker that exits 0 may leave its last /progress report as its termination message, after
+# this prefix: the job's final figures, which a poll may have missed (the last one came before
+# the end).
+FINAL_REPORT_PREFIX = "final progress: "
 PREFLIGHT_PATH = "/preflight"
 
 

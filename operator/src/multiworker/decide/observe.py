@@ -52,6 +52,7 @@ PROBLEM_WAITING_REASONS = frozenset({
 EVICTED_FOR_USAGE = "EvictedForResourceUsage"
 MESSAGE_LINES = 3
 MESSAGE_CHARS = 600
+FINAL_MESSAGE_CHARS = 4096  # what the kubelet keeps of a termination message
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,9 @@ def _classify(pod: Pod, index: int, container: str) -> WorkerState:
     disruption = _disruption(meta, status)
 
     if terminated and terminated.get("exitCode") == 0:
+        # Its message, kept whole: a final progress report (contract.FINAL_REPORT_PREFIX).
         return WorkerState(index, WorkerPhase.SUCCEEDED, name,
+                           message=(terminated.get("message") or "")[:FINAL_MESSAGE_CHARS],
                            since=_time(terminated.get("finishedAt")))
     if terminated and not _happened_before(disruption, terminated):
         return _exited(index, name, terminated, "")

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from multiworker.api.contract import FINAL_REPORT_PREFIX
 from multiworker.api.status import ProgressStatus
 
 FINISHED_PHASES = frozenset({"done", "failed"})  # training is over; the pod's exit decides
@@ -185,6 +186,24 @@ def progress_of(health: GroupHealth | None) -> ProgressStatus | None:
     if chief is None or chief.report is None:
         return None
     r = chief.report
+    return ProgressStatus(
+        step=r.step, epoch=r.epoch, steps_per_second=r.steps_per_second, loss=r.loss,
+        accuracy=r.accuracy, last_checkpoint_step=r.last_checkpoint_step,
+        resumed_from_step=r.restored_from_step, updated_at=r.updated,
+    )
+
+
+def final_progress(termination_message: str) -> ProgressStatus | None:
+    """status.progress from the chief's own last report, left as its termination message when
+    it exited 0 (contract.FINAL_REPORT_PREFIX): the final figures, which the last poll may
+    have missed. None for a script that leaves none (or one that is not a report)."""
+    text = termination_message.strip()
+    if not text.startswith(FINAL_REPORT_PREFIX):
+        return None
+    try:
+        r = Report.model_validate_json(text.removeprefix(FINAL_REPORT_PREFIX))
+    except ValidationError:
+        return None
     return ProgressStatus(
         step=r.step, epoch=r.epoch, steps_per_second=r.steps_per_second, loss=r.loss,
         accuracy=r.accuracy, last_checkpoint_step=r.last_checkpoint_step,

@@ -5,10 +5,16 @@ condition); and which workers the poller should poll next. The hang rule is hang
 from __future__ import annotations
 
 from multiworker.api.conditions import Reason, Status, Type, find
-from multiworker.api.status import TERMINAL_PHASES
+from multiworker.api.status import TERMINAL_PHASES, ProgressStatus
 from multiworker.decide.hang import inactive_reason
 from multiworker.decide.observe import WorkerPhase
-from multiworker.decide.progress import TRAINING, GroupHealth, Targets, progress_of
+from multiworker.decide.progress import (
+    TRAINING,
+    GroupHealth,
+    Targets,
+    final_progress,
+    progress_of,
+)
 from multiworker.decide.stragglers import describe_recovered, describe_straggler, stragglers
 from multiworker.reconcile.context import Flow, Pass
 
@@ -26,9 +32,12 @@ def record_progress(p: Pass) -> Flow:
     """status.progress from the chief's latest report; stragglers with an Event each way;
     the ProgressReporting condition."""
     health = current_health(p)
+    final = _final_progress(p)
+    if final is not None:
+        p.status.progress = final  # the chief's own last words beat the last poll
     if health is None:
         return Flow.CONTINUE
-    s, progress = p.status, progress_of(health)
+    s, progress = p.status, final or progress_of(health)
     if progress is not None:
         resumed = progress.resumed_from_step
         if resumed and resumed != (s.progress.resumed_from_step if s.progress else None):
@@ -40,6 +49,14 @@ def record_progress(p: Pass) -> Flow:
     _report_readability(p, health)
     _report_blocked_peers(p, health)
     return Flow.CONTINUE
+
+
+def _final_progress(p: Pass) -> ProgressStatus | None:
+    """The chief's final report, once it exited 0 (left as its termination message)."""
+    chief = next(iter(p.group.workers), None)
+    if chief is None or chief.phase is not WorkerPhase.SUCCEEDED:
+        return None
+    return final_progress(chief.message)
 
 
 def _report_blocked_peers(p: Pass, health: GroupHealth) -> None:

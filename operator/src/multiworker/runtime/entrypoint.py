@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping
 from typing import NoReturn
 
+from multiworker.api.contract import FINAL_REPORT_PREFIX
 from multiworker.runtime.config import RuntimeConfig, load_config
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.errors import ConfigError, ExitCode, RuntimeFailure
@@ -58,8 +60,15 @@ def run(
         context.progress.set_phase(Phase.FAILED)
         raise
     context.progress.set_phase(Phase.DONE)
+    write_termination_message(FINAL_REPORT_PREFIX + json.dumps(
+        {k: v for k, v in context.progress.snapshot().items() if k not in _NOT_FINAL},
+        separators=(",", ":")))
     log.info("done")
     raise SystemExit(ExitCode.DONE)
+
+
+# What the final report leaves out: the start-up's business, not the end's.
+_NOT_FINAL = frozenset({"peers", "software"})
 
 
 def _worker_label(config: RuntimeConfig) -> str:

@@ -28,9 +28,10 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-def write_termination_message(message: str, path: str = TERMINATION_LOG) -> bool:
+def write_termination_message(message: str, path: str | None = None) -> bool:
     """Makes `message` the termination message, so it reaches the job's status even under
     `terminationMessagePolicy: File` and ahead of any log noise; False where there is no file."""
+    path = path or TERMINATION_LOG
     if not os.path.isfile(path):
         return False
     try:

@@ -152,3 +152,29 @@ def test_a_worker_on_a_node_gone_notready_restarts_the_group_as_a_disruption(
     assert status["lastFailure"]["reason"] == "NodeLost"
     assert f"lost its node: node {fake_node.name} is NotReady" in \
         condition(status, "Restarting")["message"]  # type: ignore[index]
+
+
+def test_a_node_notready_for_a_few_seconds_restarts_nothing(
+    jobs: Jobs, fake_node: FakeNode,
+) -> None:
+    """A kubelet restart or a runtime hiccup: NotReady for 5 s, with the not-ready NoSchedule
+    taint (which carries no time). With nodeLostSeconds 20 nothing restarts; before, the
+    taint's unknown time counted as long ago and the group restarted at once."""
+    jobs.apply(on_node(job("blip", SLEEP, workers=2, health={"nodeLostSeconds": 20}),
+                       fake_node))
+    wait_for(lambda: len([p for p in jobs.pods("blip") if p["spec"].get("nodeName")]) == 2,
+             60, describe="both workers bound to the fake node")
+    taint = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    fake_node.set_ready(False)
+    jobs.cluster.kubectl("patch", "node", fake_node.name, "--type=merge",
+                         "-p", json.dumps({"spec": {"taints": [taint]}}))
+    time.sleep(5)  # the blip's length is the case's subject
+    fake_node.set_ready(True)
+    jobs.cluster.kubectl("patch", "node", fake_node.name, "--type=merge",
+                         "-p", json.dumps({"spec": {"taints": None}}))
+    deadline = time.monotonic() + 25  # past nodeLostSeconds after the blip began
+    while time.monotonic() < deadline:
+        status = jobs.status("blip")
+        assert status.get("groupGeneration", 0) == 0 and status.get("disruptions", 0) == 0, \
+            jobs.describe("blip")
+        time.sleep(1)

@@ -217,3 +217,27 @@ def test_checkpoint_volume_survives_a_group_restart(jobs: Jobs) -> None:
         jobs.kubectl("delete", "mwj", "train", "--ignore-not-found", "--wait=true")
         jobs.kubectl("delete", "pvc", "ckpt", "--ignore-not-found", "--wait=false")
         jobs.cluster.kubectl("delete", "pv", volume, "--ignore-not-found", "--wait=false")
+
+
+def test_worker_network_policy_admits_the_workers_and_the_operator(
+    jobs: Jobs, operator: OperatorProcess,
+) -> None:
+    """--worker-network-policy (the chart's workerNetworkPolicy.enabled): the API server takes
+    the job's NetworkPolicy, the chart's RBAC suffices, and the job runs. (Whether it is
+    enforced is the network plugin's business: the local cluster's bridge does not.)"""
+    operator.stop()
+    operator.extra = ("--worker-network-policy", "--operator-namespace", "multiworker-system")
+    operator.start()
+    jobs.apply(job("guarded", SLEEP, workers=2))
+    jobs.wait_running("guarded")
+    policy = json.loads(jobs.kubectl("get", "networkpolicy", "guarded-workers", "-o",
+                                     "json").stdout)
+    owner = policy["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"]) == ("MultiWorkerJob", "guarded")
+    workers = {"matchLabels": {"multiworker.dev/job-name": "guarded"}}
+    assert policy["spec"]["podSelector"] == workers
+    peers, from_operator = policy["spec"]["ingress"]
+    assert peers["from"] == [{"podSelector": workers}]
+    assert from_operator["ports"] == [{"port": 8471, "protocol": "TCP"}]
+    assert from_operator["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "multiworker-system"}

@@ -212,6 +212,14 @@ def test_gang_scheduling_default_reaches_the_command_line(tmp_path: Path) -> Non
     assert "--default-gang-scheduling" in args
 
 
+def test_worker_network_policy_reaches_the_command_line(tmp_path: Path) -> None:
+    assert "--worker-network-policy" not in container(template(tmp_path))["args"]
+    args = container(template(tmp_path, {"workerNetworkPolicy": {"enabled": True}}))["args"]
+    assert "--worker-network-policy" in args
+    env = {e["name"] for e in container(template(tmp_path))["env"]}
+    assert "POD_NAMESPACE" in env  # where the policy lets the operator's pods in from
+
+
 def test_metrics_service_and_optional_service_monitor(tmp_path: Path) -> None:
     objs = template(tmp_path, {"metrics": {"port": 9102}})
     service = one(objs, "Service")

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from multiworker.cli import own_identity, parse_args
+from multiworker.cli import options_of, own_identity, parse_args
 
 
 def test_namespaces_repeat() -> None:
@@ -40,3 +40,13 @@ def test_identity_is_the_pod_name_or_names_user_host_and_process() -> None:
     assert own_identity({"POD_NAME": "op-1"}) == "op-1"
     generated = own_identity({})
     assert "@" in generated and generated.count("/") == 2
+
+
+def test_a_worker_network_policy_needs_the_operators_namespace() -> None:
+    args = parse_args(["-A", "--worker-network-policy"])
+    assert options_of(args, {"POD_NAMESPACE": "ops"}).policy_operator_namespace == "ops"
+    chosen = parse_args(["-A", "--worker-network-policy", "--operator-namespace", "mine"])
+    assert options_of(chosen, {"POD_NAMESPACE": "ops"}).policy_operator_namespace == "mine"
+    assert options_of(parse_args(["-A"]), {}).policy_operator_namespace is None
+    with pytest.raises(SystemExit, match="--worker-network-policy needs --operator-namespace"):
+        options_of(args, {})

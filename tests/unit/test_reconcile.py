@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from multiworker.reconcile.context import Options
 from multiworker.reconcile.reconcile import Outcome, reconcile
 
 from tests.unit.builders import NAMESPACE, job_body
@@ -424,3 +425,25 @@ def test_a_pinned_image_is_what_the_next_group_runs() -> None:
     step(cluster)
     assert {p["spec"]["containers"][0]["image"] for p in cluster.pods.values()} == {
         "r/w@sha256:aaa"}
+
+
+def test_with_worker_network_policy_the_job_gets_one_before_its_pods() -> None:
+    cluster = make()
+    options = Options(policy_operator_namespace="ops")
+    cluster.now += timedelta(seconds=1)
+    reconcile(cluster, NAMESPACE, "demo", cluster.now, options=options)
+    policy = cluster.objects["demo-workers"]
+    assert policy["kind"] == "NetworkPolicy" and sorted(cluster.pods) == PODS
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == cluster.job["metadata"]["uid"]  # type: ignore[index]
+    peers, operator = policy["spec"]["ingress"]
+    assert peers == {"from": [{"podSelector": {"matchLabels": {
+        "multiworker.dev/job-name": "demo"}}}]}
+    assert operator["ports"] == [{"protocol": "TCP", "port": 8471}]
+    assert operator["from"][0]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "ops"}}
+
+
+def test_without_the_option_no_network_policy_is_made() -> None:
+    cluster = make()
+    step(cluster)
+    assert "demo-workers" not in cluster.objects and sorted(cluster.pods) == PODS

@@ -78,6 +78,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.gangScheduling.default }}
 - --default-gang-scheduling
 {{- end }}
+{{- if .Values.workerNetworkPolicy.enabled }}
+- --worker-network-policy
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}

@@ -50,6 +50,11 @@ against the code's REST calls; the e2e suite runs the operator under it.
 - apiGroups: [scheduling.x-k8s.io]
   resources: [podgroups]
   verbs: [get, create, delete]
+# workerNetworkPolicy.enabled (--worker-network-policy): a NetworkPolicy per job, owned by it;
+# get only when a create finds the name taken.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create]
 {{- end }}
 
 {{/* Rules for cluster-scoped objects, in every mode. */}}

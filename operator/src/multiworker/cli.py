@@ -18,6 +18,7 @@ from multiworker.clients import metrics
 from multiworker.clients.kube import Cluster
 from multiworker.clients.transport import ClientSettings, Transport, new_api_client
 from multiworker.controller import Controller
+from multiworker.reconcile.context import Options
 
 log = logging.getLogger(__name__)
 _DEFAULTS = ClientSettings()
@@ -62,10 +63,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--default-gang-scheduling", action="store_true",
                         help="gang-schedule jobs that leave spec.gang.enabled unset (needs the "
                         "coscheduling scheduler and the PodGroup CRD)")
+    parser.add_argument("--worker-network-policy", action="store_true",
+                        help="give every job a NetworkPolicy that admits only its own workers "
+                        "and, on the progress port, this operator's pods (needs a network "
+                        "plugin that enforces NetworkPolicy)")
+    parser.add_argument("--operator-namespace", metavar="NS",
+                        help="where this operator's pods run, for --worker-network-policy "
+                        "(default: $POD_NAMESPACE, which the chart sets)")
     parser.add_argument("--log-format", choices=("text", "json"), default="text")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                         default="info")
     return parser.parse_args(argv)
+
+
+def options_of(args: argparse.Namespace, environ: Mapping[str, str]) -> Options:
+    """What passes need of the command line; a NetworkPolicy without the operator's own
+    namespace would shut the operator out of /progress, so that is an error here."""
+    policy_namespace = None
+    if args.worker_network_policy:
+        policy_namespace = args.operator_namespace or environ.get("POD_NAMESPACE")
+        if not policy_namespace:
+            raise SystemExit("--worker-network-policy needs --operator-namespace (or "
+                             "$POD_NAMESPACE): the policy admits the operator's pods there")
+    return Options(gang_default=args.default_gang_scheduling,
+                   policy_operator_namespace=policy_namespace)
 
 
 def own_identity(environ: Mapping[str, str]) -> str:
@@ -91,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     controller = Controller(cluster, None if args.all_namespaces else args.namespace,
                             identity, workers=args.workers,
                             progress_status_seconds=args.progress_status_seconds,
-                            gang_default=args.default_gang_scheduling)
+                            options=options_of(args, os.environ))
     scope = "all namespaces" if args.all_namespaces else ", ".join(args.namespace)
     if identity is None:
         log.warning("--standalone: NO LEADER ELECTION. This instance acts on every job in %s "

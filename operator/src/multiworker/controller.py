@@ -30,7 +30,7 @@ from multiworker.clients.leader import Elector
 from multiworker.clients.poller import Poller
 from multiworker.clients.workqueue import WorkQueue, jittered
 from multiworker.logs import job_logger
-from multiworker.reconcile.context import Outcome
+from multiworker.reconcile.context import Options, Outcome
 from multiworker.reconcile.events import event_type
 from multiworker.reconcile.reconcile import reconcile
 from multiworker.reconcile.view import View
@@ -72,7 +72,7 @@ class Controller:
     resync_seconds: float = RESYNC_SECONDS
     error_backoff_seconds: float = ERROR_BACKOFF_SECONDS
     progress_status_seconds: float = 10.0
-    gang_default: bool = False  # --default-gang-scheduling
+    options: Options = field(default_factory=Options)  # what passes need of the command line
     clock: Callable[[], datetime] = utc_now
     view: View = field(init=False)
     queue: WorkQueue[Key] = field(init=False)
@@ -254,7 +254,7 @@ class Controller:
         try:
             outcome = await asyncio.to_thread(reconcile, self.view, key[0], key[1], now,
                                               self.poller.health(key), expected,
-                                              self.gang_default)
+                                              self.options)
         except Exception as e:  # every error: log, report once per streak, retry with backoff
             await self._failed(key, e)
             return

@@ -65,6 +65,19 @@ def worker_address(job: str, namespace: str, index: int, port: int) -> str:
     return f"{worker_hostname(job, namespace, index)}:{port}"
 
 
+def network_policy_name(job: str) -> str:
+    """The job's NetworkPolicy (--worker-network-policy): who may reach its workers."""
+    return f"{job}-workers"
+
+
+def network_policy_path(namespace: str, name: str | None = None) -> str:
+    path = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
+    return f"{path}/{name}" if name else path
+
+
+OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "multiworker-operator"}  # the chart's pods
+
+
 def job_selector(job: str) -> dict[str, str]:
     """Selects every pod of the job, whatever its generation (the Service uses it too)."""
     return {LABEL_JOB_NAME: job}

@@ -45,6 +45,7 @@ FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
     ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
     ("", "nodes"): frozenset({"list", "watch"}),
     ("scheduling.x-k8s.io", "podgroups"): frozenset({"create", "get", "delete"}),
+    ("networking.k8s.io", "networkpolicies"): frozenset({"create", "get"}),
 }
 API_SERVED_TTL_SECONDS = 30.0  # how long a discovery answer (is the PodGroup API served?) holds
 

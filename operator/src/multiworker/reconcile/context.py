@@ -64,6 +64,16 @@ class Outcome:
     created: tuple[str, ...] = ()  # pods created by this pass (the cache may not show them)
 
 
+@dataclass(frozen=True)
+class Options:
+    """The operator's command-line choices that passes need."""
+
+    gang_default: bool = False  # --default-gang-scheduling
+    # --worker-network-policy: every job gets a NetworkPolicy that admits its own workers and,
+    # on the progress port, the operator's pods in this namespace. None: no policy.
+    policy_operator_namespace: str | None = None
+
+
 @dataclass
 class Pass:
     """Everything one pass knows and decides; steps read it and record their decisions."""
@@ -78,7 +88,7 @@ class Pass:
     log: JobLogger
     health: GroupHealth | None = None  # the workers' progress, as last polled
     pods: list[Manifest] = field(default_factory=list)  # the job's pods, as cached
-    gang_default: bool = False  # --default-gang-scheduling
+    options: Options = field(default_factory=lambda: Options())
     events: list[tuple[str, str, str]] = field(default_factory=list)
     after_write: list[Callable[[], None]] = field(default_factory=list)
     requeue: float | None = None

@@ -29,7 +29,12 @@ from multiworker.reconcile.gang import (
     unavailable_message,
     with_gang_fields,
 )
-from multiworker.reconcile.render import owner_reference, render_service, render_worker_pod
+from multiworker.reconcile.render import (
+    owner_reference,
+    render_network_policy,
+    render_service,
+    render_worker_pod,
+)
 from multiworker.reconcile.transitions import abandon_group, finish
 
 Manifest = dict[str, Any]
@@ -47,7 +52,7 @@ def ensure_workers(p: Pass) -> Flow:
         p.wake_at(s.restart_after)
         return Flow.CONTINUE
     missing = p.group.with_phase(WorkerPhase.MISSING)
-    gang = gang_enabled(p.job.spec, p.gang_default)
+    gang = gang_enabled(p.job.spec, p.options.gang_default)
     owner = owner_reference(p.job)
     if not _prepared(p, owner, gang):
         return Flow.CONTINUE if p.status.completion_time is None else Flow.DONE
@@ -81,7 +86,7 @@ def _prepared(p: Pass, owner: Manifest, gang: bool) -> bool:
     if not p.group.has_pods and not (_place_group(p) and (not gang or
                                                           _ensure_pod_group(p, owner))):
         return False
-    return _ensure_service(p, owner)
+    return _ensure_service(p, owner) and _ensure_network_policy(p, owner)
 
 
 def _existing_are_ours(p: Pass, pods: list[Manifest], results: list[Created | Refused]) -> bool:
@@ -140,7 +145,7 @@ def why_not_placed(p: Pass) -> tuple[str, str] | None:
     if not current or all(is_bound(pod) for pod in current):
         return None
     workers, spec = p.job.spec.workers, p.job.spec
-    if gang_enabled(spec, p.gang_default):
+    if gang_enabled(spec, p.options.gang_default):
         name = pod_group_name(p.job.name, p.status.group_generation)
         pod_group = p.cluster.get_object(pod_group_path(p.job.namespace, name))
         message = gang_waiting_message(workers, current, pod_group, spec.gang.scheduler_name,
@@ -218,6 +223,23 @@ def _ensure_service(p: Pass, owner: Manifest) -> bool:
     if found is Owned.OURS:
         return True
     _wait_or_conflict(p, found, "service", name)
+    return False
+
+
+def _ensure_network_policy(p: Pass, owner: Manifest) -> bool:
+    """With --worker-network-policy, the job's NetworkPolicy before its pods (render.py)."""
+    operator_namespace = p.options.policy_operator_namespace
+    if operator_namespace is None:
+        return True
+    policy = render_network_policy(p.job, owner, operator_namespace)
+    ns, name = p.job.namespace, policy["metadata"]["name"]
+    if p.cluster.create_object(names.network_policy_path(ns), policy) is Created.CREATED:
+        return True
+    found = ownership(p.cluster.get_object(names.network_policy_path(ns, name)), p.job.uid,
+                      generation=None)
+    if found is Owned.OURS:
+        return True
+    _wait_or_conflict(p, found, "NetworkPolicy", name)
     return False
 
 

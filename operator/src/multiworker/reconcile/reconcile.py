@@ -38,7 +38,7 @@ from multiworker.decide.policy import (
 from multiworker.decide.progress import GroupHealth
 from multiworker.logs import job_logger
 from multiworker.reconcile.commit import commit
-from multiworker.reconcile.context import ClusterIO, Flow, Outcome, Pass
+from multiworker.reconcile.context import ClusterIO, Flow, Options, Outcome, Pass
 from multiworker.reconcile.creation import ensure_workers, still_blocked, why_not_placed
 from multiworker.reconcile.gang import pod_group_path
 from multiworker.reconcile.reporting import current_health, poll_targets, record_progress
@@ -53,6 +53,7 @@ from multiworker.reconcile.unrunnable import fail_invalid_spec, refuse_unreadabl
 
 Manifest = dict[str, Any]
 CONFLICT_RETRY_SECONDS = 1.0
+DEFAULT_OPTIONS = Options()
 
 # A stale pod still there this long after its deletion deadline may be force-deleted — but
 # only if its node is gone or unreachable (else its kubelet is still stopping it).
@@ -62,11 +63,11 @@ FORCE_DELETE_AFTER = timedelta(seconds=30)
 def reconcile(
     cluster: ClusterIO, namespace: str, name: str, now: datetime,
     health: GroupHealth | None = None, expected: Collection[str] = (),
-    gang_default: bool = False,
+    options: Options = DEFAULT_OPTIONS,
 ) -> Outcome:
     """One pass; `health` is the workers' progress as last polled (poller.py), `expected`
-    the pods this operator created that the cache has not shown yet, `gang_default` whether
-    jobs that leave spec.gang.enabled unset are gang-scheduled."""
+    the pods this operator created that the cache has not shown yet, `options` the
+    operator's command-line choices."""
     body = cluster.cached_job(namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return Outcome(gone=True)
@@ -86,7 +87,7 @@ def reconcile(
     troubles = _troubles(cluster, {w.node for w in group.workers} | {s.node for s in group.stale})
     log = job_logger(namespace, name, status.group_generation)
     p = Pass(cluster, body, job, group, troubles, now, status.model_copy(deep=True), log,
-             health, pods=pods, gang_default=gang_default)
+             health, pods=pods, options=options)
     for step in STEPS:
         if step(p) is Flow.DONE:
             break

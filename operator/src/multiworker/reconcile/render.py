@@ -89,6 +89,35 @@ def render_service(job: Job, owner: Manifest) -> Manifest:
     }
 
 
+def render_network_policy(job: Job, owner: Manifest, operator_namespace: str) -> Manifest:
+    """Who may reach the job's workers: each other, on every port (the collective, the
+    preflight), and the operator's pods, on the progress port only. Nothing else — a pod
+    elsewhere could otherwise hold all of a worker's /progress connections. Enforced only where
+    the cluster's network plugin enforces NetworkPolicy."""
+    workers = {"matchLabels": names.job_selector(job.name)}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": names.network_policy_name(job.name),
+            "namespace": job.namespace,
+            "labels": names.job_selector(job.name),
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "podSelector": workers,
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": workers}]},
+                {"from": [{"namespaceSelector": {"matchLabels": {
+                              "kubernetes.io/metadata.name": operator_namespace}},
+                           "podSelector": {"matchLabels": names.OPERATOR_POD_LABELS}}],
+                 "ports": [{"protocol": "TCP", "port": job.spec.health.progress_port}]},
+            ],
+        },
+    }
+
+
 def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
                       image: str | None = None, gpu_product: str | None = None) -> Manifest:
     """Worker `index` of group `generation`, built from spec.template; `image` replaces the

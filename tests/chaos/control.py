@@ -52,6 +52,16 @@ class ControlPlane:
     def resume(self, pid: int) -> None:
         os.kill(pid, signal.SIGCONT)
 
+    def freeze(self, component: str, seconds: float) -> tuple[float, float]:
+        """SIGSTOP for `seconds`, always continued; (stopped, continued) monotonic times."""
+        pid = self.pause(component)
+        stopped = time.monotonic()
+        try:
+            time.sleep(seconds)  # how long it stays frozen is the caller's subject
+        finally:
+            self.resume(pid)
+        return stopped, time.monotonic()
+
     def restart(self, component: str) -> float:
         """Start it again (restart.sh), wait until it serves; the seconds that took."""
         started = time.monotonic()

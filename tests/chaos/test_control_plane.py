@@ -115,13 +115,7 @@ def etcd_round(rng: random.Random, r: int, control: ControlPlane, jobs: Jobs,
         fail_worker(jobs, name, rng.randrange(WORKERS))
         time.sleep(delay)  # where in the restart etcd freezes is the subject
     seen = describe_phase(jobs, name)
-    pid = control.pause("etcd")
-    paused = time.monotonic()
-    try:
-        time.sleep(ETCD_PAUSE_SECONDS)  # the duration is the case's subject
-    finally:
-        control.resume(pid)
-    resumed = time.monotonic()
+    paused, resumed = control.freeze("etcd", ETCD_PAUSE_SECONDS)
     if not mid_restart:
         wait_for(lambda: jobs.status(name).get("phase") == "Running", 120, 0.5,
                  lambda: f"{name} running again\n{jobs.describe(name)}")

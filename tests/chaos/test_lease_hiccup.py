@@ -15,6 +15,7 @@ from tests.chaos.conftest import Figures, operator_log
 from tests.chaos.control import ControlPlane
 from tests.chaos.progress_servers import HONEST
 from tests.chaos.test_progress_abuse import TIMEOUT_SECONDS, serving
+from tests.chaos.workers import stop_and_await_hang
 from tests.integration.conftest import OperatorProcess
 from tests.integration.jobs import Jobs
 from tests.support import wait_for
@@ -36,13 +37,7 @@ def test_a_late_lease_renewal_leaves_hang_detection_on(
     wait_for(lambda: (jobs.status("hiccup").get("progress") or {}).get("step"), 120, 0.5,
              lambda: f"the job's progress in status\n{jobs.describe('hiccup')}")
 
-    pid = control.pause("etcd")
-    frozen = time.monotonic()
-    try:
-        time.sleep(FREEZE_SECONDS)  # the duration is the case's subject
-    finally:
-        control.resume(pid)
-    thawed = time.monotonic()
+    frozen, thawed = control.freeze("etcd", FREEZE_SECONDS)
     # The lapse is said, and so is the new start once the Lease is renewed.
     wait_for(lambda: LAPSED in operator_log(operator.log_path) and
              operator_log(operator.log_path).rsplit(LAPSED, 1)[1].count(
@@ -51,13 +46,7 @@ def test_a_late_lease_renewal_leaves_hang_detection_on(
              f"{operator_log(operator.log_path)[-3000:]}")
     renewed = time.monotonic()
 
-    jobs.kubectl("exec", f"hiccup-worker-{pacemaker}", "-c", "tensorflow", "--", "sh", "-c",
-                 "kill -STOP $(cat /tmp/server.pid)")
-    stopped = time.monotonic()
-    status = wait_for(lambda: (s := jobs.status("hiccup")).get("restarts") and s, 90, 0.2,
-                      lambda: f"the stopped worker declared hung after the Lease lapse\n"
-                      f"{jobs.describe('hiccup')}")
-    detected = time.monotonic() - stopped
+    status, detected = stop_and_await_hang(jobs, "hiccup", pacemaker)
     failure = status["lastFailure"]
     figures(f"etcd SIGSTOPped for {thawed - frozen:.1f}s; the operator said it handles the "
             f"namespace again {renewed - thawed:.1f}s after SIGCONT; worker-{pacemaker} then "

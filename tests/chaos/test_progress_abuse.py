@@ -16,7 +16,7 @@ import pytest
 from tests.chaos.config import Chaos
 from tests.chaos.conftest import Figures, operator_log
 from tests.chaos.progress_servers import ABUSIVE, HONEST
-from tests.chaos.workers import real_job, running_generation
+from tests.chaos.workers import real_job, running_generation, stop_and_await_hang
 from tests.integration.conftest import OperatorProcess
 from tests.integration.jobs import Jobs, condition
 from tests.support import wait_for
@@ -96,13 +96,8 @@ def test_abusive_progress_servers_leave_memory_and_hang_detection_intact(
         while time.monotonic() - abuse_started < chaos.abuse_seconds:
             assert jobs.status("honest")["restarts"] == 0, jobs.describe("honest")
             time.sleep(1)
-        jobs.kubectl("exec", f"honest-worker-{pacemaker}", "-c", "tensorflow", "--", "sh",
-                     "-c", "kill -STOP $(cat /tmp/server.pid)")
-        stopped = time.monotonic()
-        status = wait_for(lambda: (s := jobs.status("honest")).get("restarts") and s, 90, 0.2,
-                          lambda: f"the stopped honest worker declared hung\n"
-                          f"{jobs.describe('honest')}")
-        detected = time.monotonic() - stopped
+        status, detected = stop_and_await_hang(jobs, "honest", pacemaker)
+        stopped = time.monotonic() - detected
     failure = status["lastFailure"]
     abuse = jobs.status("abuse")
     log = operator_log(operator.log_path)

@@ -10,9 +10,11 @@ early to show beside it.
 from __future__ import annotations
 
 import textwrap
+import time
 from typing import Any
 
 from tests.integration.jobs import BASE, GROUP, VERSION, Jobs
+from tests.support import wait_for
 
 Obj = dict[str, Any]
 GRACE_SECONDS = 2
@@ -43,3 +45,15 @@ def running_generation(jobs: Jobs, name: str, workers: int, generation: int) -> 
     done = s.get("phase") == "Running" and s.get("groupGeneration") == generation and \
         s.get("ready") == f"{workers}/{workers}"
     return s if done else None
+
+
+def stop_and_await_hang(jobs: Jobs, job: str, index: int) -> tuple[Obj, float]:
+    """SIGSTOP worker `index`'s /progress server (progress_servers.HONEST writes its pid to
+    /tmp/server.pid); the job's status once it counts a restart, and the seconds that took."""
+    jobs.kubectl("exec", f"{job}-worker-{index}", "-c", "tensorflow", "--", "sh", "-c",
+                 "kill -STOP $(cat /tmp/server.pid)")
+    stopped = time.monotonic()
+    status: Obj = wait_for(lambda: (s := jobs.status(job)).get("restarts") and s, 90, 0.2,
+                           lambda: f"the stopped worker of {job} declared hung\n"
+                           f"{jobs.describe(job)}")
+    return status, time.monotonic() - stopped

@@ -140,6 +140,19 @@ def test_chief_success_succeeds_and_stops_the_others() -> None:
     assert "deletionTimestamp" not in cluster.pods["demo-worker-0"]["metadata"]
 
 
+def test_a_chief_whose_exit_the_kubelet_reported_before_the_phase_is_kept() -> None:
+    """Its container terminated, its phase still Running for a moment: the pod has ended all
+    the same (it was deleted, logs and all, when cleanup went by the phase alone)."""
+    cluster = started()
+    cluster.exit(0, 0)
+    cluster.pods["demo-worker-0"]["status"]["phase"] = "Running"
+    step(cluster)
+    assert cluster.status["phase"] == "Succeeded"
+    step(cluster)
+    assert "deletionTimestamp" not in cluster.pods["demo-worker-0"]["metadata"]
+    assert "deletionTimestamp" in cluster.pods["demo-worker-1"]["metadata"]
+
+
 def test_pods_a_sidecar_keeps_running_are_deleted_when_the_job_succeeds() -> None:
     """cleanPodPolicy Running goes by the pod's phase: a pod whose trainer exited 0 while a
     classic sidecar runs on still holds its GPUs, and must go; an ended pod stays for its logs."""

@@ -70,8 +70,9 @@ class WorkerState:
     ip: str = ""  # the pod's IP, where it serves GET /progress
     node: str = ""  # the node it was scheduled to
     image_id: str = ""  # the image its training container runs (a digest), once started
-    # The pod itself has ended (phase Succeeded or Failed). A trainer that exited while a
-    # classic sidecar (a log shipper, istio-proxy) runs on leaves its pod Running, holding its
+    # The pod itself has ended: phase Succeeded or Failed, or every container terminated (the
+    # kubelet may report the last exit a moment before the phase). A trainer that exited while
+    # a classic sidecar (a log shipper, istio-proxy) runs on leaves its pod Running, holding its
     # GPUs: cleanup goes by this, not by the trainer.
     pod_ended: bool = False
     progress_port: int | None = None  # where it serves GET /progress, as created
@@ -180,7 +181,7 @@ def classify(pod: Pod, index: int, container: str) -> WorkerState:
                    ip=pod.get("status", {}).get("podIP") or "",
                    node=(pod.get("spec") or {}).get("nodeName") or "",
                    image_id=(trainer or {}).get("imageID") or "",
-                   pod_ended=pod.get("status", {}).get("phase") in ("Succeeded", "Failed"),
+                   pod_ended=_pod_ended(pod.get("status", {})),
                    progress_port=_int((meta.get("annotations") or {})
                                       .get(names.ANNOTATION_PROGRESS_PORT)))
 
@@ -263,6 +264,13 @@ def _starting(
     reason, message = problem or (waiting[0] if waiting else ("ContainerCreating", ""))
     return WorkerState(index, WorkerPhase.STARTING, pod, since=since, reason=reason,
                        message=message)
+
+
+def _pod_ended(status: Mapping[str, Any]) -> bool:
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return True
+    containers = status.get("containerStatuses") or []
+    return bool(containers) and all("terminated" in (c.get("state") or {}) for c in containers)
 
 
 def _waiting_reasons(status: Mapping[str, Any]) -> list[tuple[str, str]]:

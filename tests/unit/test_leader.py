@@ -205,3 +205,20 @@ def test_namespaces_renew_at_once_so_one_slow_namespace_delays_no_other() -> Non
 
     asyncio.run(one_round())
     assert seen == [True]
+
+
+def test_a_late_renewal_is_a_lapse_even_when_no_pass_asked_meanwhile() -> None:
+    """Nothing called leads() while the renewal hung (every pass was blocked too): the renewal
+    that comes back past the deadline still says so, and starts over."""
+    api, clock = LeaseAPI(), Clock()
+    a, _, changes = electors(api, clock)
+    a.step("ns")
+
+    def stall() -> None:
+        clock.t += 12
+
+    api.during_put = stall
+    clock.t += 5
+    a.step("ns")
+    assert a.leads("ns")
+    assert changes == [("a", "ns", True), ("a", "ns", False), ("a", "ns", True)]

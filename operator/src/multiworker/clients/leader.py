@@ -112,6 +112,7 @@ class Elector:
     _announced: dict[str, bool] = field(default_factory=dict)  # as last told to on_change
     _following: dict[str, str] = field(default_factory=dict)  # holder we last said we wait for
     _kick: asyncio.Event = field(default_factory=asyncio.Event)
+    _lapsed: dict[str, float] = field(default_factory=dict)  # renewed only after this gap
 
     def leads(self, namespace: str) -> bool:
         """Whether this instance may act in `namespace` now. A lapse (no renewal for the
@@ -171,28 +172,37 @@ class Elector:
         """Announce whether this instance leads `namespace` if that differs from what was last
         announced — compared now, after the round, so a lapse seen during a slow renewal is
         followed by a new start."""
+        gap = self._lapsed.pop(namespace, None)
+        if gap is not None and self._announced.get(namespace):
+            self._announce(namespace, False, f" (its Lease was renewed only {gap:.0f}s after "
+                           f"the previous renewal, past the {self.deadline_seconds:.0f}s deadline)")
         leading = self.leads(namespace)
         if leading != self._announced.get(namespace, False):
             self._announce(namespace, leading)
 
-    def _announce(self, namespace: str, leading: bool) -> None:
+    def _announce(self, namespace: str, leading: bool, why: str = "") -> None:
         self._announced[namespace] = leading
         if leading:
             log.info("handling the jobs of namespace %s", namespace)
         else:
             held = self._held.get(namespace)
-            lapse = (f" (no renewal of its Lease for {self.clock() - held[1]:.0f}s)"
-                     if held is not None else "")
-            log.warning("no longer handling the jobs of namespace %s%s%s", namespace, lapse,
+            why = why or (f" (no renewal of its Lease for {self.clock() - held[1]:.0f}s)"
+                          if held is not None else "")
+            log.warning("no longer handling the jobs of namespace %s%s%s", namespace, why,
                         self._who(namespace))
         self.on_change(namespace, leading)
 
     def _renew(self, namespace: str) -> bool:
-        lease, _ = self._held[namespace]
+        lease, renewed = self._held[namespace]
         written = self.cluster.replace_lease(
             claimed(lease, namespace, self.identity, self.wall(), self.duration))
         if written is None:
             return False  # someone else wrote it: read and decide again
+        gap = self.clock() - renewed
+        if gap >= self.deadline_seconds:
+            # It came back past the deadline: this instance did not lead in between, whether
+            # or not a pass asked meanwhile. Said as a lapse and a new start (_settle).
+            self._lapsed[namespace] = gap
         self._held[namespace] = (written, self.clock())
         return True
 

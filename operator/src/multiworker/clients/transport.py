@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from urllib3.util.retry import Retry
 
 from multiworker.clients import metrics
 
@@ -74,6 +75,10 @@ def new_api_client(pool_size: int = 64) -> client.ApiClient:
     except config.ConfigException:
         config.load_incluster_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = pool_size
+    # A call that timed out reading is not sent again by urllib3: the server may have done it,
+    # and three silent retries would make every timeout four (a 3 s Lease renewal 12 s, past the
+    # leader's deadline). Connection errors are still retried; the caller retries the rest.
+    configuration.retries = Retry(total=3, read=0, status=0, redirect=0)
     return client.ApiClient(configuration)
 
 

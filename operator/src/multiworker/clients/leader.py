@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -33,6 +34,7 @@ Manifest = dict[str, Any]
 DURATION_SECONDS = 15
 RENEW_SECONDS = 5.0
 DEADLINE_SECONDS = 10.0
+LEASE_THREADS = 8  # namespaces renewed at once
 
 
 class Move(StrEnum):
@@ -113,6 +115,10 @@ class Elector:
     _following: dict[str, str] = field(default_factory=dict)  # holder we last said we wait for
     _kick: asyncio.Event = field(default_factory=asyncio.Event)
     _lapsed: dict[str, float] = field(default_factory=dict)  # renewed only after this gap
+    # Threads of its own: Lease calls never queue behind reconcile passes (which share the
+    # default executor and may each wait up to --request-timeout on a stalled API server).
+    _calls: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(LEASE_THREADS, thread_name_prefix="lease"))
 
     def leads(self, namespace: str) -> bool:
         """Whether this instance may act in `namespace` now. A lapse (no renewal for the
@@ -136,7 +142,9 @@ class Elector:
         delays the renewal of the others."""
         while True:
             namespaces = sorted(self._wanted | set(self._held))
-            await asyncio.gather(*(asyncio.to_thread(self._round, ns) for ns in namespaces))
+            loop = asyncio.get_running_loop()
+            await asyncio.gather(*(loop.run_in_executor(self._calls, self._round, ns)
+                                   for ns in namespaces))
             for namespace in namespaces:
                 self._settle(namespace)
             metrics.LEADING.set(sum(1 for ns in list(self._held) if self.leads(ns)))

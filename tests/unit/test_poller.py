@@ -149,3 +149,44 @@ def test_a_group_nobody_answered_is_asked_through_its_chief_until_someone_answer
     assert asked_workers(targets, unreadable) == targets.workers  # it answers: ask everyone
     without_chief = Targets(0, 8471, ((1, "10.0.0.2"), (2, "10.0.0.3")), False)
     assert asked_workers(without_chief, None) == without_chief.workers
+
+
+def test_a_paused_job_keeps_what_is_known_of_its_workers_and_resumes_with_the_next_pass() -> None:
+    """A lapse of the Lease paused polling; forgetting instead made a worker that stopped in
+    the lapse look like one that never answered, whose hang nobody could call (chaos
+    test_lease_hiccup, seen)."""
+    async def scenario() -> None:
+        steps = iter(range(0, 1000, 10))
+
+        async def training(request: web.Request) -> web.Response:
+            return web.Response(body=json.dumps(raw(step=next(steps))).encode(),
+                                content_type="application/json")
+        p = Poller(notify=lambda key: None, clock=lambda: datetime.now(UTC), status_seconds=0.2)
+        async with server(training) as (port, _):
+            task = asyncio.create_task(p.run())
+            targets = Targets(0, port, ((0, "127.0.0.1"),), True)
+            p.after_pass("job", targets, datetime.now(UTC))
+            for _ in range(100):
+                if (h := p.health("job")) is not None and h.workers[0].report is not None:
+                    break
+                await asyncio.sleep(0.05)
+            p.pause("job")
+            await asyncio.sleep(0.3)  # let a poll in flight finish
+            known = p.health("job")
+            assert known is not None and known.workers[0].report is not None
+            step = known.workers[0].report.step
+            await asyncio.sleep(0.6)  # three intervals: no poll while paused
+            assert p.health("job") is known  # nothing asked, nothing forgotten
+            p.after_pass("job", targets, datetime.now(UTC))  # the next pass resumes it
+            for _ in range(100):
+                h = p.health("job")
+                if h is not None and h.workers[0].report is not None \
+                        and h.workers[0].report.step > step:
+                    break
+                await asyncio.sleep(0.05)
+            task.cancel()
+        resumed = p.health("job")
+        assert resumed is not None and resumed.workers[0].report is not None
+        assert resumed.workers[0].report.step > step
+
+    asyncio.run(scenario())

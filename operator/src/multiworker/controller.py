@@ -169,6 +169,8 @@ class Controller:
         key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
         if (old is None) != (new is None):
             self._count_namespace(key[0], +1 if new is not None else -1)
+        if new is None:
+            self.poller.forget(key)  # also where no pass of this instance will see it gone
         if new is not None and self._own_echo(key, new):
             return
         self.queue.add(key)
@@ -228,7 +230,7 @@ class Controller:
                 if leading:
                     self.queue.add(key)
                 else:
-                    self.poller.forget(key)
+                    self.poller.pause(key)  # the next pass resumes it, or drops it
 
     def leads(self, namespace: str) -> bool:
         return self.elector is None or self.elector.leads(namespace)
@@ -245,7 +247,7 @@ class Controller:
 
     async def _process(self, key: Key) -> None:
         if not self.leads(key[0]):
-            self.poller.forget(key)
+            self.poller.pause(key)
             return
         now = self.clock()
         expected = self._still_expected(key)

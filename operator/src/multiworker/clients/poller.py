@@ -71,6 +71,7 @@ class JobPolls:
     due: float  # loop time of the next poll
     born: float = 0.0  # loop time its group was first polled
     health: GroupHealth | None = None
+    paused: bool = False  # this instance does not lead the job's namespace right now
     seen: tuple[tuple[int | None, ...], list[int], str | None, str, datetime | None] = (
         (), [], None, "", None)  # what the last pass wrote: progress, stragglers, ..., when
 
@@ -104,11 +105,22 @@ class Poller:
             first = loop.time() + random.uniform(0, min(1.0, poll_interval(targets)))
             polls = self.jobs[key] = JobPolls(targets, first, born=loop.time())
             self._changed.set()
+        elif polls.paused:
+            polls.paused, polls.due = False, loop.time()
+            self._changed.set()
         polls.targets = targets
         polls.seen = _news_key(polls) + (now,)
 
     def forget(self, key: Hashable) -> None:
         self.jobs.pop(key, None)
+
+    def pause(self, key: Hashable) -> None:
+        """Stop polling `key` but keep what is known of its workers until the next pass: a
+        short lapse of this instance's Lease must not make a worker that stopped answering
+        meanwhile look like one that never answered (whose hang nobody can call)."""
+        polls = self.jobs.get(key)
+        if polls is not None:
+            polls.paused = True
 
     # --- the loop ---
 
@@ -122,11 +134,13 @@ class Poller:
             loop = asyncio.get_running_loop()
             while True:
                 now = loop.time()
-                due = [k for k, p in self.jobs.items() if p.due <= now and k not in self._running]
+                due = [k for k, p in self.jobs.items()
+                       if p.due <= now and not p.paused and k not in self._running]
                 for key in due:
                     self._running.add(key)
                     asyncio.create_task(self._poll_job(key), name=f"poll {key}")
-                upcoming = [p.due for k, p in self.jobs.items() if k not in self._running]
+                upcoming = [p.due for k, p in self.jobs.items()
+                            if not p.paused and k not in self._running]
                 wait = min(upcoming) - now if upcoming else None
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):

@@ -45,9 +45,9 @@ def listed_ranges(cluster: Cluster) -> list[tuple[Network, str]]:
     return ranges
 
 
-def default_route() -> tuple[str | None, str | None]:
-    """The default route's gateway and device, if the machine has one."""
-    out = subprocess.run(["ip", "-4", "route", "show", "default"], capture_output=True,
+def default_route(version: int) -> tuple[str | None, str | None]:
+    """The default route's gateway and device for IPv`version`, if the machine has one."""
+    out = subprocess.run(["ip", f"-{version}", "route", "show", "default"], capture_output=True,
                          text=True, check=False).stdout.split()
     gateway = out[out.index("via") + 1] if "via" in out else None
     device = out[out.index("dev") + 1] if "dev" in out else None
@@ -78,7 +78,7 @@ def connect_end(address: Address, port: int) -> tuple[str, float]:
 
 
 def assert_stays_here(address: Address, what: str, port: int = 9) -> str:
-    gateway, device = default_route()
+    gateway, device = default_route(address.version)
     route = route_to(address)
     assert not (gateway and f"via {gateway} " in f"{route} "), (
         f"{what}: {address} is routed out through the default gateway: {route}")

@@ -1,7 +1,7 @@
 """Scale benchmark: how long the operator takes to start a group of N workers, and to restart
 the whole group after one worker pod is deleted, on kwok fake nodes (not part of CI).
 
-    .venv/bin/python tests/bench/bench_scale.py [--workers 16,64,256] [--reps 3]
+    .venv/bin/python tests/bench/bench_scale.py [--workers 8,64,256,1024] [--reps 3]
 
 Needs the local cluster (make cluster-up). It adds fake nodes (hack/cluster/fake-nodes.sh,
 --gpus each, enough for the largest size), applies the CRD from crds/, runs the real operator
@@ -13,7 +13,16 @@ operator, and prints a table of medians:
 - start: apply -> status phase Running, ready N/N (generation 0), seen by polling every 0.1 s;
 - restart: delete one worker pod (a disruption) -> generation 1 Running, ready N/N;
 - lastRecoverySeconds: the operator's own measure of that restart (failure seen -> running);
-- op CPU: CPU seconds the operator process spent on one start + restart.
+- op CPU: CPU seconds the operator process spent on one start + restart, from apply until the
+  job's pods are all gone again (so the deletions are counted in);
+- CPU/pod: that divided by the pods one start + restart creates (2 x workers), in ms; CPU
+  seconds do not depend on how many cores the machine has, so this is the figure to compare
+  across machines and sizes (the table ends with its ratio between the largest and 64 workers);
+- watch KB/pod: bytes of pod watch events the operator received per pod created;
+- passes: reconcile passes run over those events.
+
+With --profile FILE, py-spy (pip install py-spy) samples the operator during the largest size's
+first repetition and the top functions by inclusive time are printed (collapsed stacks in FILE).
 
 Nothing runs in the pods: kwok reports them Running with IPs (from its --cidr) that have
 nothing behind them, so the operator's progress polls (podIP:8471) never get a report. How long
@@ -28,11 +37,16 @@ import contextlib
 import json
 import math
 import os
+import re
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,26 +66,57 @@ from tests.bench.harness import (
     operator,
     wait_for,
 )
+from tests.bench.identity import scrape_sum
 
 POLL_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
 class Sample:
+    workers: int
     start: float  # seconds, apply -> all running
     restart: float  # seconds, pod deleted -> next generation all running
     last_recovery: float | None  # status.lastRecoverySeconds after the restart
-    operator_cpu: float  # operator CPU seconds for the start and the restart
+    operator_cpu: float  # operator CPU seconds for the start, the restart and the deletion
+    watch_bytes: float | None  # bytes of pod watch events meanwhile
+    passes: float | None  # reconcile passes meanwhile
+
+    @property
+    def cpu_per_pod(self) -> float:
+        """Seconds of operator CPU per pod created (a start and a restart: 2 x workers)."""
+        return self.operator_cpu / (2 * self.workers)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What the operator's /metrics says of its work so far."""
+
+    watch_bytes: float | None
+    passes: float | None
+
+    @classmethod
+    def read(cls, port: int) -> Counters:
+        return cls(scrape_sum(port, ("multiworker_watch_bytes_total",), 'resource="pods"'),
+                   scrape_sum(port, ("multiworker_reconcile_seconds_count",)))
+
+    def since(self, earlier: Counters) -> Counters:
+        def delta(a: float | None, b: float | None) -> float | None:
+            return a - b if a is not None and b is not None else None
+        return Counters(delta(self.watch_bytes, earlier.watch_bytes),
+                        delta(self.passes, earlier.passes))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", default="16,64,256",
-                        help="comma-separated group sizes (default 16,64,256)")
+    parser.add_argument("--workers", default="8,64,256",
+                        help="comma-separated group sizes (default 8,64,256)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions per size (default 3)")
     parser.add_argument("--gpus", type=int, default=8, help="nvidia.com/gpu per fake node")
     parser.add_argument("--timeout", type=float, default=300,
                         help="give up on one measurement after this many seconds")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="py-spy the operator during the largest size's first repetition; "
+                             "collapsed stacks go to this file")
     args = parser.parse_args(argv)
     args.sizes = [int(n) for n in args.workers.split(",") if n.strip()]
     if not args.sizes or min(args.sizes) < 1 or max(args.sizes) > 1024 or args.reps < 1:
@@ -111,10 +156,11 @@ def all_running(status: Obj, workers: int, generation: int) -> bool:
             and status.get("groupGeneration", 0) == generation)
 
 
-def measure(cluster: Cluster, ns: str, pid: int, name: str, workers: int,
+def measure(cluster: Cluster, ns: str, pid: int, metrics_port: int, name: str, workers: int,
             timeout: float) -> Sample:
     """One job: apply, wait until running; delete a worker pod, wait until the next
     generation runs; delete the job and wait until its pods are gone."""
+    counters0 = Counters.read(metrics_port)
     cpu0 = cpu_seconds(pid)
     applied = time.monotonic()
     cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job_manifest(name, workers)))
@@ -132,12 +178,15 @@ def measure(cluster: Cluster, ns: str, pid: int, name: str, workers: int,
     status = wait_for(restarted_status, timeout, POLL_SECONDS,
                       f"{name}: generation 1 running after deleting {victim}")
     restarted = time.monotonic()
-    cpu1 = cpu_seconds(pid)
 
     cluster.kubectl("-n", ns, "delete", "mwj", name, "--wait=true")
     wait_for(lambda: cluster.pods_gone(ns, name), timeout, POLL_SECONDS, f"{name}: pods deleted")
-    return Sample(start=started - applied, restart=restarted - deleted,
-                  last_recovery=status.get("lastRecoverySeconds"), operator_cpu=cpu1 - cpu0)
+    time.sleep(1)  # the last deletions' events reach the operator
+    cpu1 = cpu_seconds(pid)
+    counted = Counters.read(metrics_port).since(counters0)
+    return Sample(workers=workers, start=started - applied, restart=restarted - deleted,
+                  last_recovery=status.get("lastRecoverySeconds"), operator_cpu=cpu1 - cpu0,
+                  watch_bytes=counted.watch_bytes, passes=counted.passes)
 
 
 def median(values: list[float | None]) -> str:
@@ -145,16 +194,29 @@ def median(values: list[float | None]) -> str:
     return f"{statistics.median(known):.2f}" if known else "-"
 
 
+def per_pod(values: list[float | None], workers: int, scale: float) -> list[float | None]:
+    return [v * scale / (2 * workers) if v is not None else None for v in values]
+
+
 def table(results: dict[int, list[Sample]]) -> str:
-    head = ("workers", "reps", "start s", "restart s", "lastRecoverySeconds", "op CPU s")
+    head = ("workers", "reps", "start s", "restart s", "lastRecoverySeconds", "op CPU s",
+            "CPU/pod ms", "watch KB/pod", "passes")
     rows = [head] + [
         (str(n), str(len(s)), median([x.start for x in s]), median([x.restart for x in s]),
-         median([x.last_recovery for x in s]), median([x.operator_cpu for x in s]))
+         median([x.last_recovery for x in s]), median([x.operator_cpu for x in s]),
+         median([x.cpu_per_pod * 1000 for x in s]),
+         median(per_pod([x.watch_bytes for x in s], n, 1 / 1024)),
+         median([x.passes for x in s]))
         for n, s in results.items()
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = [" | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
+    largest = max(results, default=0)
+    if 64 in results and largest > 64:
+        ratio = (statistics.median(x.cpu_per_pod for x in results[largest])
+                 / statistics.median(x.cpu_per_pod for x in results[64]))
+        lines.append(f"CPU per pod, {largest} : 64 workers = {ratio:.2f}")
     return "\n".join(lines)
 
 
@@ -171,16 +233,22 @@ def run(args: argparse.Namespace) -> dict[int, list[Sample]]:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
         cluster.wait_established(f"{PLURAL}.{GROUP}")
         cluster.kubectl("create", "namespace", ns)
-        with operator(cluster, ns, logs / "operator.log", "--metrics-port", str(free_port()),
+        metrics_port = free_port()
+        with operator(cluster, ns, logs / "operator.log", "--metrics-port", str(metrics_port),
                       ready_timeout=60) as proc:
             for n in args.sizes:
                 for rep in range(args.reps):
-                    sample = measure(cluster, ns, proc.pid, f"bench-{n}-{rep}", n, args.timeout)
+                    profiling = args.profile is not None and n == max(args.sizes) and rep == 0
+                    with sampling(proc.pid, args.profile) if profiling \
+                            else contextlib.nullcontext():
+                        sample = measure(cluster, ns, proc.pid, metrics_port,
+                                         f"bench-{n}-{rep}", n, args.timeout)
                     results.setdefault(n, []).append(sample)
                     print(f"  {n:4d} workers, rep {rep}: start {sample.start:.2f}s, "
                           f"restart {sample.restart:.2f}s (lastRecoverySeconds "
-                          f"{sample.last_recovery}), operator CPU {sample.operator_cpu:.2f}s",
-                          file=sys.stderr)
+                          f"{sample.last_recovery}), operator CPU {sample.operator_cpu:.2f}s "
+                          f"({sample.cpu_per_pod * 1000:.2f} ms per pod), "
+                          f"{sample.passes} passes", file=sys.stderr)
     except (AssertionError, RuntimeError) as e:  # keep what was measured; say where it stopped
         print(f"stopped early: {e}", file=sys.stderr)
     finally:
@@ -189,6 +257,44 @@ def run(args: argparse.Namespace) -> dict[int, list[Sample]]:
                             "--timeout=120s")
         fake_nodes(cluster, "--delete")
     return results
+
+
+@contextlib.contextmanager
+def sampling(pid: int, out: Path) -> Iterator[None]:
+    """py-spy samples every thread of `pid` (passes and informers run in threads, which
+    cProfile would miss) until the block ends; then the top functions are printed."""
+    spy = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw",
+                            "--rate", "200", "--nonblocking", "--output", str(out)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)  # attached
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
+        print(top_functions(out.read_text()), file=sys.stderr)
+
+
+def top_functions(collapsed: str, count: int = 25) -> str:
+    """Functions by inclusive share of the samples (a function counted once per stack)."""
+    inclusive: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        # "function (file.py:line)": one entry per function, whatever line it was at.
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")
+                  if not f.startswith(("thread ", "process "))]
+        total += int(n)
+        for frame in set(frames):
+            inclusive[frame] += int(n)
+        if frames:
+            own[frames[-1]] += int(n)
+    rows = [f"{inclusive[f] * 100 / total:6.1f}% {own[f] * 100 / total:6.1f}%  {f}"
+            for f, _ in inclusive.most_common(count)]
+    return "\n".join([f"{total} samples; inclusive, own, function", *rows])
 
 
 def main(argv: list[str] | None = None) -> None:

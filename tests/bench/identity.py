@@ -135,9 +135,10 @@ def _labels(line: str) -> dict[str, str]:
     return {k: v.strip('"') for k, v in pairs}
 
 
-def scrape_sum(port: int | None, families: tuple[str, ...]) -> float | None:
+def scrape_sum(port: int | None, families: tuple[str, ...], where: str = "") -> float | None:
     """Sum of every sample of the first of `families` that an operator's /metrics has (None
-    when it has none of them, or serves no metrics)."""
+    when it has none of them, or serves no metrics); `where`: only samples whose labels
+    contain it (e.g. 'resource="pods"')."""
     if port is None:
         return None
     try:
@@ -147,7 +148,7 @@ def scrape_sum(port: int | None, families: tuple[str, ...]) -> float | None:
         return None
     for family in families:
         values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                  if line.startswith((family + "{", family + " "))]
+                  if line.startswith((family + "{", family + " ")) and where in line]
         if values:
             return sum(values)
     return None

@@ -37,6 +37,16 @@ API_REQUESTS = Counter(
     "Requests this operator sent to the Kubernetes API server, by verb, resource and HTTP code.",
     ["verb", "resource", "code"],
 )
+WATCH_BYTES = Counter(
+    "multiworker_watch_bytes_total",
+    "Bytes of watch events this operator received, by resource: what every pod's size costs "
+    "it in reads and JSON decoding.",
+    ["resource"],
+)
+WATCH_EVENTS = Counter(
+    "multiworker_watch_events_total", "Watch events this operator received, by resource.",
+    ["resource"],
+)
 LEADING = Gauge(
     "multiworker_leading_namespaces",
     "Namespaces whose jobs this instance handles (it holds their Lease); 0 while another "

@@ -117,14 +117,19 @@ class Transport:
         self.limiter.acquire()
         response = self.request("GET", path, query=query, verb="watch",
                                  read_timeout=read_timeout).response
+        group, resource, _ = _resource(path)
+        label = f"{group}/{resource}" if group else resource
+        received, events = metrics.WATCH_BYTES.labels(label), metrics.WATCH_EVENTS.labels(label)
         try:
             buffer = b""
             for chunk in response.stream(64 * 1024, decode_content=True):
+                received.inc(len(chunk))
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     if not line.strip():
                         continue
+                    events.inc()
                     event: Manifest = json.loads(line)
                     if event.get("type") == "ERROR":
                         error = event.get("object") or {}

@@ -261,10 +261,13 @@ def run(args: argparse.Namespace) -> dict[int, list[Sample]]:
 
 @contextlib.contextmanager
 def sampling(pid: int, out: Path) -> Iterator[None]:
-    """py-spy samples every thread of `pid` (passes and informers run in threads, which
-    cProfile would miss) until the block ends; then the top functions are printed."""
-    spy = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw",
-                            "--rate", "200", "--nonblocking", "--output", str(out)],
+    """py-spy samples the thread of `pid` that holds the GIL — where its Python CPU goes;
+    passes and informers run in threads, which cProfile would miss — until the block ends;
+    then the top functions are printed."""
+    beside = Path(sys.executable).with_name("py-spy")  # in the venv, else on PATH
+    spy = subprocess.Popen([str(beside) if beside.exists() else "py-spy", "record",
+                            "--pid", str(pid), "--format", "raw", "--rate", "200", "--gil",
+                            "--nonblocking", "--output", str(out)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1)  # attached
     try:

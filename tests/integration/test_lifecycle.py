@@ -44,8 +44,12 @@ def test_create_makes_headless_service_and_workers(jobs: Jobs) -> None:
         [owner] = pod["metadata"]["ownerReferences"]
         assert owner["kind"] == "MultiWorkerJob" and owner["controller"] is True
         env = env_of(pod)
-        assert json.loads(env["TF_CONFIG"]) == {
+        # As the process sees it: the kubelet expanded the pod's reference to the ConfigMap.
+        seen = jobs.kubectl("exec", f"train-worker-{index}", "--", "printenv",
+                            "TF_CONFIG").stdout
+        assert json.loads(seen) == {
             "cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
+        assert "$(MWJ_WORKER_ADDRESSES)" in env["TF_CONFIG"]  # the pod carries no list
         assert env["MWJ_NUM_WORKERS"] == "3" and env["MWJ_RESTART_COUNT"] == "0"
         limits = pod["spec"]["containers"][0]["resources"]["limits"]
         assert limits["nvidia.com/gpu"] in (1, "1")

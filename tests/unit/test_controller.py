@@ -121,3 +121,32 @@ def test_a_created_pod_the_watch_already_showed_is_not_expected_again() -> None:
 
     asyncio.run(pass_ends())
     assert controller._still_expected(KEY) == frozenset({"demo-worker-1"})
+
+
+def test_pod_events_of_a_large_group_wake_its_job_once_after_a_batch_period() -> None:
+    """A pass reads the whole group: 1,024 workers' events within 0.5 s make one pass, not
+    one each; an 8-worker job waits 4 ms."""
+    from multiworker.controller import POD_BATCH_MAX_SECONDS
+
+    controller = Controller(None, [NAMESPACE], None)  # type: ignore[arg-type]
+    controller.view.job_store.put(job_body(workers=1024))
+
+    def pod(i: int) -> dict[str, Any]:
+        return {"metadata": {"name": f"demo-worker-{i}", "namespace": NAMESPACE,
+                             "labels": {"multiworker.dev/job-name": "demo"}}, "spec": {}}
+
+    async def events() -> tuple[float, int]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for i in range(200):
+            controller._on_pod("ADDED", None, pod(i))
+        assert await asyncio.wait_for(controller.queue.get(), 2) == KEY
+        waited = loop.time() - start
+        controller.queue.done(KEY)
+        return waited, len(controller.queue)
+
+    waited, left = asyncio.run(events())
+    assert waited >= POD_BATCH_MAX_SECONDS * 0.9 and left == 0  # one pass for all 200
+    small = Controller(None, [NAMESPACE], None)  # type: ignore[arg-type]
+    small.view.job_store.put(job_body(workers=8))
+    assert small._pod_batch_seconds(KEY) == 0.004

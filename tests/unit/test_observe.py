@@ -3,7 +3,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from multiworker.decide.observe import ObservedGroup, WorkerPhase, observe_group, tail
+from multiworker.decide.observe import (
+    Classified,
+    ObservedGroup,
+    WorkerPhase,
+    observe_group,
+    tail,
+)
 
 from tests.unit.builders import JOB, JOB_UID, PodBuilder, at
 
@@ -115,3 +121,40 @@ def test_init_container_failure() -> None:
 
 def test_tail_limits_characters() -> None:
     assert len(tail("x" * 5000)) == 600
+
+
+def _versioned(pod: dict[str, Any], version: str) -> dict[str, Any]:
+    pod["metadata"]["resourceVersion"] = version
+    return pod
+
+
+def test_a_pass_after_one_pod_event_classifies_that_pod_alone() -> None:
+    """observe.Classified: pod states are reused until the pod's resource version changes."""
+    classified = Classified()
+    pods = [_versioned(PodBuilder(i).waiting("ContainerCreating").build(), "1")
+            for i in range(64)]
+
+    def look() -> ObservedGroup:
+        return observe_group(pods, job=JOB, job_uid=JOB_UID, workers=64, generation=0,
+                             container="tensorflow", classified=classified)
+
+    assert look().ready == 0 and classified.computed == 64
+    assert look().ready == 0 and classified.computed == 64  # nothing changed: nothing judged
+    pods[7] = _versioned(PodBuilder(7).running().build(), "2")  # one pod's event
+    group = look()
+    assert classified.computed == 65
+    assert group.workers[7].phase is WorkerPhase.RUNNING and group.ready == 1
+    assert group.workers[6].phase is WorkerPhase.STARTING
+
+
+def test_classified_states_forget_pods_that_are_gone_and_judge_a_new_pod_afresh() -> None:
+    classified = Classified()
+    first = _versioned(PodBuilder(0).exited(1).build(), "5")
+    observe_group([first], job=JOB, job_uid=JOB_UID, workers=1, generation=0,
+                  container="tensorflow", classified=classified)
+    # The next generation's pod: same name, another uid, a version that happens to match.
+    second = _versioned(PodBuilder(0, generation=1).running().build(), "5")
+    group = observe_group([second], job=JOB, job_uid=JOB_UID, workers=1, generation=1,
+                          container="tensorflow", classified=classified)
+    assert group.workers[0].phase is WorkerPhase.RUNNING and classified.computed == 2
+    assert len(classified._by_uid) == 1  # the first pod's state is forgotten

@@ -460,3 +460,28 @@ def test_without_the_option_no_network_policy_is_made() -> None:
     cluster = make()
     step(cluster)
     assert "demo-workers" not in cluster.objects and sorted(cluster.pods) == PODS
+
+
+def test_the_group_s_addresses_are_in_a_configmap_made_before_its_pods() -> None:
+    cluster = make(workers=3, port=2345)
+    step(cluster)
+    [name] = [n for n, o in cluster.objects.items() if o["kind"] == "ConfigMap"]
+    config = cluster.objects[name]
+    assert name.startswith("demo-tf-") and sorted(cluster.pods) == PODS
+    assert config["metadata"]["ownerReferences"][0]["uid"] == cluster.job["metadata"]["uid"]  # type: ignore[index]
+    assert config["data"] == {"workers": '["demo-worker-0.demo.ml.svc:2345",'
+                                         '"demo-worker-1.demo.ml.svc:2345",'
+                                         '"demo-worker-2.demo.ml.svc:2345"]'}
+    env = cluster.pods["demo-worker-0"]["spec"]["containers"][0]["env"]
+    assert env[0]["valueFrom"]["configMapKeyRef"] == {"name": name, "key": "workers"}
+
+
+def test_another_worker_count_gets_another_configmap() -> None:
+    """spec.workers changed while suspended: the next group's pods refer to a ConfigMap that
+    lists them, never to the old one (which the operator cannot read, so never rewrites)."""
+    made: set[str] = set()
+    for workers in (3, 4):
+        cluster = make(workers=workers)
+        step(cluster)
+        made |= {n for n, o in cluster.objects.items() if o["kind"] == "ConfigMap"}
+    assert len(made) == 2

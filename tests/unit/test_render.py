@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -8,6 +10,7 @@ from multiworker.api import names
 from multiworker.api.job import Job
 from multiworker.reconcile.render import (
     owner_reference,
+    render_cluster_config,
     render_service,
     render_worker_pod,
     tf_config,
@@ -16,9 +19,29 @@ from multiworker.reconcile.render import (
 from tests.unit.builders import JOB, NAMESPACE, job_body, make_job
 
 
-def env_of(pod: dict[str, Any], container: str = "tensorflow") -> dict[str, str]:
+def env_of(pod: dict[str, Any], container: str = "tensorflow",
+           config_maps: Sequence[dict[str, Any]] = ()) -> dict[str, str]:
+    """The trainer's environment as its process sees it: resolved the way the kubelet does
+    (a ConfigMap key for valueFrom, then $(VAR) of earlier variables expanded; an unknown
+    reference stays as written; a key of a ConfigMap not given is left out)."""
     trainer = next(c for c in pod["spec"]["containers"] if c["name"] == container)
-    return {e["name"]: e.get("value", "") for e in trainer["env"]}
+    data = {(c["metadata"]["name"], k): v for c in config_maps for k, v in c["data"].items()}
+    env: dict[str, str] = {}
+    for e in trainer["env"]:
+        if "valueFrom" in e:
+            ref = e["valueFrom"]["configMapKeyRef"]
+            if (ref["name"], ref["key"]) in data:
+                env[e["name"]] = data[(ref["name"], ref["key"])]
+        else:
+            env[e["name"]] = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                                    lambda m: env.get(m[1], m[0]), e.get("value", ""))
+    return env
+
+
+def env_of_job(job: Job, index: int, generation: int = 0) -> dict[str, str]:
+    owner = owner_reference(job)
+    return env_of(render_worker_pod(job, index, generation, owner),
+                  config_maps=[render_cluster_config(job, owner)])
 
 
 @pytest.mark.parametrize("index", [0, 2])
@@ -26,8 +49,7 @@ def test_tf_config_is_understood_by_tensorflow(index: int, monkeypatch: pytest.M
     import tensorflow as tf  # slow to import: only here
 
     job = make_job(workers=3, port=2345)
-    pod = render_worker_pod(job, index, 0, owner_reference(job))
-    monkeypatch.setenv("TF_CONFIG", env_of(pod)["TF_CONFIG"])
+    monkeypatch.setenv("TF_CONFIG", env_of_job(job, index)["TF_CONFIG"])
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     assert resolver.cluster_spec().as_dict()["worker"] == [
         f"demo-worker-{i}.demo.ml.svc:2345" for i in range(3)
@@ -43,12 +65,36 @@ def test_tf_config_is_data() -> None:
     }
 
 
+def test_tf_config_as_the_process_sees_it_is_the_rendered_data() -> None:
+    job = make_job(workers=5, port=2345)
+    for index in range(5):
+        assert json.loads(env_of_job(job, index)["TF_CONFIG"]) == \
+            tf_config(JOB, NAMESPACE, 5, 2345, index)
+
+
+def test_a_pod_carries_the_same_bytes_whatever_the_group_size() -> None:
+    """The addresses travel once per group, in the ConfigMap; a pod only refers to them."""
+    def pod_bytes(workers: int) -> int:
+        job = make_job(workers=workers)
+        return len(json.dumps(render_worker_pod(job, workers - 1, 0, owner_reference(job))))
+    # Only the digits differ (the index in the name, labels and env; the count): a few dozen
+    # bytes, where each pod once carried every address (~60 KB at 1,024 workers).
+    assert pod_bytes(1024) - pod_bytes(8) < 64
+    job = make_job(workers=1024)
+    config = render_cluster_config(job, owner_reference(job))
+    assert config["metadata"]["name"].startswith("demo-tf-")
+    assert config["metadata"]["ownerReferences"] == [owner_reference(job)]
+    assert len(json.loads(config["data"]["workers"])) == 1024
+
+
 def test_worker_env_follows_the_contract() -> None:
     job = make_job(workers=4, checkpoint={"claimName": "ckpt", "mountPath": "/ckpt"},
                    health={"progressPort": 9000, "peerTimeoutSeconds": 60,
                            "collectiveTimeoutSeconds": 90})
-    env = env_of(render_worker_pod(job, 3, 5, owner_reference(job)))
+    env = env_of_job(job, 3, 5)
     assert json.loads(env.pop("TF_CONFIG"))["task"] == {"type": "worker", "index": 3}
+    assert json.loads(env.pop("MWJ_WORKER_ADDRESSES")) == [
+        f"demo-worker-{i}.demo.ml.svc:2222" for i in range(4)]
     assert env == {
         "MWJ_JOB_NAME": "demo",
         "MWJ_JOB_NAMESPACE": "ml",

@@ -62,3 +62,15 @@ def test_delayed_adds_keep_the_earliest_time_and_an_add_now_wins() -> None:
 def test_jitter_spreads_within_bounds() -> None:
     values = {round(jittered(100), 3) for _ in range(50)}
     assert len(values) > 10 and all(90 <= v <= 110 for v in values)
+
+
+def test_a_delayed_add_of_a_queued_key_adds_no_second_pass() -> None:
+    async def scenario() -> None:
+        q: WorkQueue[str] = WorkQueue()
+        q.add("job")
+        q.add_after("job", 0.05)  # its pass comes first, and sets its own timers
+        assert await q.get() == "job"
+        q.done("job")
+        assert len(q) == 0
+
+    run(scenario())

@@ -31,6 +31,11 @@ against the code's REST calls; the e2e suite runs the operator under it.
 - apiGroups: [""]
   resources: [services]
   verbs: [get, create]
+# The ConfigMap every worker's TF_CONFIG takes the group's addresses from, one per job (its
+# name says what it holds): created, never read, so no ConfigMap of anyone's is readable.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [create]
 # Events on jobs (what `kubectl describe mwj` shows).
 - apiGroups: [""]
   resources: [events]

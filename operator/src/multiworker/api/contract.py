@@ -11,6 +11,10 @@ import enum
 
 # Worker environment (operator -> pod).
 TF_CONFIG = "TF_CONFIG"
+# Every worker's address, a JSON list, from the job's ConfigMap (names.cluster_config_name):
+# TF_CONFIG takes its list from here by the kubelet's $(VAR) expansion, so a pod carries a few
+# bytes for it, not the whole group's addresses.
+MWJ_WORKER_ADDRESSES = "MWJ_WORKER_ADDRESSES"
 MWJ_JOB_NAME = "MWJ_JOB_NAME"
 MWJ_JOB_NAMESPACE = "MWJ_JOB_NAMESPACE"
 MWJ_JOB_UID = "MWJ_JOB_UID"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 GROUP = "multiworker.dev"
@@ -63,6 +64,22 @@ def worker_hostname(job: str, namespace: str, index: int) -> str:
 
 def worker_address(job: str, namespace: str, index: int, port: int) -> str:
     return f"{worker_hostname(job, namespace, index)}:{port}"
+
+
+def cluster_config_name(job: str, job_uid: str, workers: int, port: int) -> str:
+    """The job's ConfigMap holding every worker's address (TF_CONFIG's cluster). Its name
+    tells what it holds (a digest of the job's uid, worker count and port), so an existing one
+    is the right one and the operator never needs to read or rewrite a ConfigMap."""
+    digest = hashlib.sha256(f"{job_uid}/{workers}/{port}".encode()).hexdigest()[:10]
+    return f"{job}-tf-{digest}"
+
+
+CLUSTER_CONFIG_KEY = "workers"
+
+
+def config_map_path(namespace: str, name: str | None = None) -> str:
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    return f"{path}/{name}" if name else path
 
 
 def network_policy_name(job: str) -> str:

@@ -41,6 +41,7 @@ FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
     (names.GROUP, f"{names.PLURAL}/finalizers"): frozenset({"update"}),
     ("", "pods"): frozenset({"get", "list", "watch", "create", "delete"}),
     ("", "services"): frozenset({"get", "create"}),
+    ("", "configmaps"): frozenset({"create"}),  # never read: see render_cluster_config
     ("", "events"): frozenset({"create"}),
     ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
     ("", "nodes"): frozenset({"list", "watch"}),

@@ -53,6 +53,8 @@ class WorkQueue(Generic[K]):
         if seconds <= 0:
             self.add(key)
             return
+        if key in self._queued or key in self._again:
+            return  # its next pass comes sooner, and that pass sets its own timers
         when = asyncio.get_running_loop().time() + seconds
         if key in self._due and self._due[key] <= when:
             return

@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from multiworker.api import names
@@ -92,6 +93,8 @@ class StalePod:
 
 @dataclass(frozen=True)
 class ObservedGroup:
+    """A pass's view of the group; read many times per pass, so its counts are kept."""
+
     generation: int
     workers: tuple[WorkerState, ...]
     stale: tuple[StalePod, ...] = ()
@@ -100,52 +103,94 @@ class ObservedGroup:
     def with_phase(self, *phases: WorkerPhase) -> list[WorkerState]:
         return [w for w in self.workers if w.phase in phases]
 
-    @property
+    @cached_property
     def ready(self) -> int:
         return sum(1 for w in self.workers if w.phase is WorkerPhase.RUNNING and w.ready)
 
-    @property
+    @cached_property
     def all_running(self) -> bool:
         """Every worker runs (or has already finished successfully, waiting for the others)."""
         return all(w.phase in (WorkerPhase.RUNNING, WorkerPhase.SUCCEEDED) for w in self.workers)
 
-    @property
+    @cached_property
     def has_pods(self) -> bool:
         return any(w.phase is not WorkerPhase.MISSING for w in self.workers)
 
 
+# Where one pod of a job goes: (worker index, its state) for the current group, a StalePod,
+# or the name of a foreign pod.
+Sorted = tuple[int, WorkerState] | StalePod | str
+
+
+class Classified:
+    """Where each pod of one job was sorted (and its state), by uid, at the resource version
+    read: a pass after one pod event sorts and classifies that pod alone and reuses the
+    others', so a pass's costly work grows with what changed, not with the group. One per
+    job; passes over one job never run at once (workqueue.py), so it needs no lock."""
+
+    def __init__(self) -> None:
+        self._by_uid: dict[str, tuple[tuple[Any, ...], Sorted]] = {}
+        self.computed = 0  # pods sorted afresh: what the incremental path saves
+
+    def sort(self, pod: Pod, context: tuple[Any, ...]) -> Sorted:
+        meta = pod.get("metadata", {})
+        uid, version = meta.get("uid", ""), meta.get("resourceVersion", "")
+        seen = (version, *context)
+        held = self._by_uid.get(uid)
+        if held is not None and held[0] == seen and uid and version:
+            return held[1]
+        found = _sort(pod, *context)
+        self.computed += 1
+        if uid and version:
+            self._by_uid[uid] = (seen, found)
+        return found
+
+    def retain(self, count: int, uids: Iterable[str]) -> None:
+        """Forget the pods that are gone (the job has `count` pods now)."""
+        if len(self._by_uid) > count:
+            keep = set(uids)
+            self._by_uid = {u: v for u, v in self._by_uid.items() if u in keep}
+
+
+def _sort(pod: Pod, job: str, job_uid: str, workers: int, generation: int,
+          container: str) -> Sorted:
+    meta = pod.get("metadata", {})
+    if not controlled_by(meta, job_uid):
+        return str(meta.get("name", ""))
+    labels = meta.get("labels", {})
+    index = _int(labels.get(names.LABEL_WORKER_INDEX))
+    pod_generation = _int(labels.get(names.LABEL_GROUP_GENERATION))
+    if (pod_generation == generation and index is not None and 0 <= index < workers
+            and meta.get("name") == names.worker_name(job, index)):
+        return index, classify(pod, index, container)
+    return StalePod(
+        name=meta.get("name", ""), uid=meta.get("uid", ""), generation=pod_generation,
+        deletion=_time(meta.get("deletionTimestamp")),
+        node=(pod.get("spec") or {}).get("nodeName") or "",
+        pod_group=labels.get(names.LABEL_POD_GROUP, ""),
+    )
+
+
 def observe_group(
-    pods: Iterable[Pod], *, job: str, job_uid: str, workers: int, generation: int,
-    container: str, expected: Collection[str] = (),
+    pods: Collection[Pod], *, job: str, job_uid: str, workers: int, generation: int,
+    container: str, expected: Collection[str] = (), classified: Classified | None = None,
 ) -> ObservedGroup:
     """Sort the job's pods into the current group (by worker index), stale and foreign pods.
-    A pod of `expected` (created, not yet seen by the cache) is pending, not missing."""
+    A pod of `expected` (created, not yet seen by the cache) is pending, not missing.
+    `classified` keeps each pod's place and state between passes (once per pod version)."""
     current: dict[int, WorkerState] = {}
     stale: list[StalePod] = []
     foreign: list[str] = []
+    context = (job, job_uid, workers, generation, container)
     for pod in pods:
-        meta = pod.get("metadata", {})
-        if not controlled_by(meta, job_uid):
-            foreign.append(meta.get("name", ""))
-            continue
-        labels = meta.get("labels", {})
-        index = _int(labels.get(names.LABEL_WORKER_INDEX))
-        pod_generation = _int(labels.get(names.LABEL_GROUP_GENERATION))
-        belongs = (
-            pod_generation == generation
-            and index is not None
-            and 0 <= index < workers
-            and meta.get("name") == names.worker_name(job, index)
-        )
-        if belongs and index is not None:
-            current[index] = classify(pod, index, container)
+        found = classified.sort(pod, context) if classified is not None \
+            else _sort(pod, *context)
+        if isinstance(found, tuple):
+            current[found[0]] = found[1]
+        elif isinstance(found, StalePod):
+            stale.append(found)
         else:
-            stale.append(StalePod(
-                name=meta.get("name", ""), uid=meta.get("uid", ""), generation=pod_generation,
-                deletion=_time(meta.get("deletionTimestamp")),
-                node=(pod.get("spec") or {}).get("nodeName") or "",
-                pod_group=labels.get(names.LABEL_POD_GROUP, ""),
-            ))
+            foreign.append(found)
     def absent(i: int) -> WorkerState:
         pod = names.worker_name(job, i)
         if pod in expected:
@@ -153,6 +198,8 @@ def observe_group(
         return WorkerState(index=i, phase=WorkerPhase.MISSING)
 
     group = tuple(current.get(i) or absent(i) for i in range(workers))
+    if classified is not None:
+        classified.retain(len(pods), (p.get("metadata", {}).get("uid", "") for p in pods))
     return ObservedGroup(generation, group, tuple(stale), tuple(sorted(foreign)))
 
 

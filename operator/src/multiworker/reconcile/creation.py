@@ -31,6 +31,7 @@ from multiworker.reconcile.gang import (
 )
 from multiworker.reconcile.render import (
     owner_reference,
+    render_cluster_config,
     render_network_policy,
     render_service,
     render_worker_pod,
@@ -86,7 +87,8 @@ def _prepared(p: Pass, owner: Manifest, gang: bool) -> bool:
     if not p.group.has_pods and not (_place_group(p) and (not gang or
                                                           _ensure_pod_group(p, owner))):
         return False
-    return _ensure_service(p, owner) and _ensure_network_policy(p, owner)
+    return (_ensure_service(p, owner) and _ensure_cluster_config(p, owner)
+            and _ensure_network_policy(p, owner))
 
 
 def _existing_are_ours(p: Pass, pods: list[Manifest], results: list[Created | Refused]) -> bool:
@@ -224,6 +226,21 @@ def _ensure_service(p: Pass, owner: Manifest) -> bool:
         return True
     _wait_or_conflict(p, found, "service", name)
     return False
+
+
+def _ensure_cluster_config(p: Pass, owner: Manifest) -> bool:
+    """The ConfigMap the workers' TF_CONFIG takes its addresses from (render.py), before the
+    pods. Its name says what it holds, so one that exists already is this group's."""
+    config = render_cluster_config(p.job, owner)
+    try:
+        p.cluster.create_object(names.config_map_path(p.job.namespace), config)
+    except Refused as e:
+        finish(p, Phase.FAILED, Action(
+            ActionKind.FAIL_JOB, Reason.POD_REFUSED,
+            f"the API server refused the job's ConfigMap {config['metadata']['name']}: "
+            f"{e.message}"))
+        return False
+    return True
 
 
 def _ensure_network_policy(p: Pass, owner: Manifest) -> bool:

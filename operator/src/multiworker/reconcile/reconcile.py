@@ -26,7 +26,7 @@ from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus
 from multiworker.clients.kube import Conflict, Gone, PodDeletion
 from multiworker.decide.hang import find_stall
 from multiworker.decide.nodes import NodeTrouble, node_trouble
-from multiworker.decide.observe import WorkerPhase, observe_group
+from multiworker.decide.observe import Classified, WorkerPhase, observe_group
 from multiworker.decide.policy import (
     ActionKind,
     failure_action,
@@ -63,11 +63,12 @@ FORCE_DELETE_AFTER = timedelta(seconds=30)
 def reconcile(
     cluster: ClusterIO, namespace: str, name: str, now: datetime,
     health: GroupHealth | None = None, expected: Collection[str] = (),
-    options: Options = DEFAULT_OPTIONS,
+    options: Options = DEFAULT_OPTIONS, classified: Classified | None = None,
 ) -> Outcome:
     """One pass; `health` is the workers' progress as last polled (poller.py), `expected`
     the pods this operator created that the cache has not shown yet, `options` the
-    operator's command-line choices."""
+    operator's command-line choices, `classified` the job's pod states from earlier passes
+    (observe.Classified)."""
     body = cluster.cached_job(namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return Outcome(gone=True)
@@ -82,7 +83,7 @@ def reconcile(
     group = observe_group(
         pods, job=name, job_uid=job.uid, workers=job.spec.workers,
         generation=status.group_generation, container=job.spec.template.trainer_container(),
-        expected=expected,
+        expected=expected, classified=classified,
     )
     troubles = _troubles(cluster, {w.node for w in group.workers} | {s.node for s in group.stale})
     log = job_logger(namespace, name, status.group_generation)

@@ -33,21 +33,50 @@ def owner_reference(job: Job) -> Manifest:
 
 
 def tf_config(job: str, namespace: str, workers: int, port: int, index: int) -> Manifest:
-    """TF_CONFIG for worker `index` as data: every worker's address and this worker's task."""
+    """TF_CONFIG for worker `index` as data: every worker's address and this worker's task
+    (what a worker's process sees, once the kubelet has expanded worker_env's reference)."""
     return {
-        "cluster": {
-            "worker": [names.worker_address(job, namespace, i, port) for i in range(workers)]
-        },
+        "cluster": {"worker": json.loads(worker_addresses(job, namespace, workers, port))},
         "task": {"type": "worker", "index": index},
     }
 
 
-def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
-    """The environment contract (docs/contracts.md) for worker `index` of `generation`."""
+def worker_addresses(job: str, namespace: str, workers: int, port: int) -> str:
+    """Every worker's address as a JSON list: rendered once per group, into the ConfigMap."""
+    return json.dumps([names.worker_address(job, namespace, i, port) for i in range(workers)],
+                      separators=(",", ":"))
+
+
+def render_cluster_config(job: Job, owner: Manifest) -> Manifest:
+    """The ConfigMap every worker's TF_CONFIG takes its cluster from (worker_env): the
+    group's addresses travel once per group instead of in each of its pods, so what every pod
+    costs the API server, etcd and this operator's pod watch does not grow with the group."""
     spec = job.spec
-    config = tf_config(job.name, job.namespace, spec.workers, spec.port, index)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": names.cluster_config_name(job.name, job.uid, spec.workers, spec.port),
+            "namespace": job.namespace,
+            "labels": names.job_selector(job.name),
+            "ownerReferences": [owner],
+        },
+        "data": {names.CLUSTER_CONFIG_KEY: worker_addresses(job.name, job.namespace,
+                                                            spec.workers, spec.port)},
+    }
+
+
+def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
+    """The environment contract (docs/contracts.md) for worker `index` of `generation`.
+    TF_CONFIG refers to MWJ_WORKER_ADDRESSES, which the kubelet reads from the job's ConfigMap
+    and expands before the process starts: the trainer sees the whole TF_CONFIG."""
+    spec = job.spec
+    addresses = {"name": contract.MWJ_WORKER_ADDRESSES, "valueFrom": {"configMapKeyRef": {
+        "name": names.cluster_config_name(job.name, job.uid, spec.workers, spec.port),
+        "key": names.CLUSTER_CONFIG_KEY}}}
     values: dict[str, str] = {
-        contract.TF_CONFIG: json.dumps(config, separators=(",", ":")),
+        contract.TF_CONFIG: (f'{{"cluster":{{"worker":$({contract.MWJ_WORKER_ADDRESSES})}},'
+                             f'"task":{{"type":"worker","index":{index}}}}}'),
         contract.MWJ_JOB_NAME: job.name,
         contract.MWJ_JOB_NAMESPACE: job.namespace,
         contract.MWJ_JOB_UID: job.uid,
@@ -65,7 +94,7 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
         if checkpoint.resume_from is not None:
             resume_dir = posixpath.join(checkpoint.mount_path, checkpoint.resume_from)
             values[contract.MWJ_RESUME_FROM_DIR] = posixpath.normpath(resume_dir)
-    return [{"name": name, "value": value} for name, value in values.items()]
+    return [addresses, *({"name": name, "value": value} for name, value in values.items())]
 
 
 def render_service(job: Job, owner: Manifest) -> Manifest:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.workers import Launcher, latest_checkpoint_step
+from tests.runtime.workers import Launcher, free_port, latest_checkpoint_step
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -71,3 +71,30 @@ def test_resume_from_restores_another_jobs_checkpoint_on_purpose(
     assert json.loads((own / "job.json").read_text())["uid"] == "uid-2"
     assert sorted(p.name for p in earlier.iterdir()) == files_before
     assert latest_checkpoint_step(earlier) == 20
+
+
+def test_workers_that_do_not_see_one_checkpoint_volume_exit_2_naming_it(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """A node-local volume: worker 0 finds the last group's checkpoint, worker 1 an empty
+    directory. They must agree on the step before any other collective — restoring builds the
+    optimizer's slots under the strategy (a broadcast) — or they abort in mismatched
+    collectives (exit 4, a restart spent) instead of naming the volume (exit 2)."""
+    seen_by_0, seen_by_1 = tmp_path / "node-a", tmp_path / "node-b"
+    first = launcher.start(2, checkpoint_dir=seen_by_0, args=(*ARGS, "--epochs", "2"))
+    assert [w.wait(timeout=150) for w in first] == [0, 0], launcher.logs()
+    seen_by_1.mkdir()
+
+    peers = [f"localhost:{free_port()}" for _ in range(2)]
+    ports = [free_port() for _ in range(2)]
+    group = [*launcher.start(2, generation=1, checkpoint_dir=seen_by_0, peers=peers,
+                             progress_ports=ports, only=(0,), args=(*ARGS, "--epochs", "4")),
+             *launcher.start(2, generation=1, checkpoint_dir=seen_by_1, peers=peers,
+                             progress_ports=ports, only=(1,), args=(*ARGS, "--epochs", "4"))]
+
+    assert [w.wait(timeout=150) for w in group] == [2, 2], launcher.logs()
+    assert "worker 0 found step 20" in group[0].log(), group[0].log()
+    assert "worker 1 found step 0" in group[1].log(), group[1].log()
+    for worker in group:
+        assert "the directory must be storage shared by all workers" in worker.log()
+    assert not list(seen_by_1.iterdir())  # nothing trained, nothing written

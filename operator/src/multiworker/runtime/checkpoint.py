@@ -44,10 +44,17 @@ class CheckpointStore:
         self._identity_written = False
         self.last_saved_step = 0
 
-    def restore(self) -> int:
-        """Loads this job's latest checkpoint, or on a deliberate resume the other run's
-        (ownership.restore_source); returns the restored step (0 if none)."""
+    def find(self) -> tuple[str | None, int]:
+        """The checkpoint restore() would load — this job's latest, or on a deliberate resume
+        the other run's (ownership.restore_source) — and its step (from its name: saves are
+        numbered by step), without touching the model; (None, 0) when there is none."""
         source = restore_source(self._config, tf.train.latest_checkpoint)
+        return source, step_in_name(source)
+
+    def restore(self, source: str | None) -> int:
+        """Loads `source` (from find()); returns the restored step (0 if none). Builds the
+        optimizer's slots under the strategy first, which runs collectives: call it only once
+        every worker agreed on the step (training._check_same_restore)."""
         if source is None:
             return 0
         with self._model.distribute_strategy.scope():
@@ -71,6 +78,14 @@ class CheckpointStore:
             shutil.rmtree(self._write_dir, ignore_errors=True)
         self.last_saved_step = step
         return step
+
+
+def step_in_name(path: str | None) -> int:
+    """The step a checkpoint was saved at, from its name (`<dir>/ckpt-<step>`); 0 for none."""
+    if path is None:
+        return 0
+    _, _, number = os.path.basename(path).rpartition("-")
+    return int(number) if number.isdigit() else 0
 
 
 def step_of(model: keras.Model) -> int:

@@ -69,8 +69,13 @@ def _fit(
 ) -> None:
     config = context.config
     store = _store(model, config)
-    restored = store.restore() if store else 0
-    _check_same_restore(model.distribute_strategy, config, restored)
+    # Agree on the step first: restoring builds the optimizer's slots under the strategy (a
+    # broadcast), so a worker that found a checkpoint and one that found none would otherwise
+    # meet in different collectives and abort ("expected type 1 and data_type 1 but got type
+    # 0 and data_type 9") instead of naming the unshared volume.
+    source, found = store.find() if store else (None, 0)
+    _check_same_restore(model.distribute_strategy, config, found)
+    restored = store.restore(source) if store else 0
     segments = plan_segments(restored, steps_per_epoch, epochs)
     if restored:
         epoch, batch = divmod(restored, steps_per_epoch)
@@ -112,12 +117,15 @@ def _check_same_restore(
     strategy: tf.distribute.Strategy, config: RuntimeConfig, restored: int
 ) -> None:
     """Workers that restored different steps would train diverging replicas silently.
-    Equal sums of x and x**2 over workers hold only if every worker has the same x."""
+    Equal sums of x and x**2 over workers hold only if every worker has the same x. The first
+    collective of a run: nothing else may run before it (see _fit)."""
     n = config.num_workers
     if sum_over_workers(strategy, [restored, restored**2]) != [n * restored, n * restored**2]:
         raise ConfigError(
             [
-                f"{MWJ_CHECKPOINT_DIR}: workers restored different steps (this one {restored}); "
-                "the directory must be storage shared by all workers"
+                f"{MWJ_CHECKPOINT_DIR}: workers found different checkpoints (worker "
+                f"{config.worker_index} found step {restored} in {config.checkpoint_dir}); the "
+                "directory must be storage shared by all workers (ReadWriteMany; on kind, the "
+                "folder every node mounts), not node-local"
             ]
         )

@@ -69,10 +69,11 @@ def _fit(
 ) -> None:
     config = context.config
     store = _store(model, config)
-    # Agree on the step first: restoring builds the optimizer's slots under the strategy (a
-    # broadcast), so a worker that found a checkpoint and one that found none would otherwise
-    # meet in different collectives and abort ("expected type 1 and data_type 1 but got type
-    # 0 and data_type 9") instead of naming the unshared volume.
+    # Agree on the step first: restoring builds the optimizer's slots under the strategy, which
+    # may run collectives (broadcasts) on a worker that found a checkpoint and not on one that
+    # found none; run before the check, the two could meet in different collectives (the abort
+    # "expected type 1 and data_type 1 but got type 0 and data_type 9" seen on kind) instead of
+    # the check naming the unshared volume.
     source, found = store.find() if store else (None, 0)
     _check_same_restore(model.distribute_strategy, config, found)
     restored = store.restore(source) if store else 0
@@ -114,17 +115,17 @@ def _store(model: keras.Model, config: RuntimeConfig) -> CheckpointStore | None:
 
 
 def _check_same_restore(
-    strategy: tf.distribute.Strategy, config: RuntimeConfig, restored: int
+    strategy: tf.distribute.Strategy, config: RuntimeConfig, step: int
 ) -> None:
     """Workers that restored different steps would train diverging replicas silently.
     Equal sums of x and x**2 over workers hold only if every worker has the same x. The first
     collective of a run: nothing else may run before it (see _fit)."""
     n = config.num_workers
-    if sum_over_workers(strategy, [restored, restored**2]) != [n * restored, n * restored**2]:
+    if sum_over_workers(strategy, [step, step**2]) != [n * step, n * step**2]:
         raise ConfigError(
             [
                 f"{MWJ_CHECKPOINT_DIR}: workers found different checkpoints (worker "
-                f"{config.worker_index} found step {restored} in {config.checkpoint_dir}); the "
+                f"{config.worker_index} found step {step} in {config.checkpoint_dir}); the "
                 "directory must be storage shared by all workers (ReadWriteMany; on kind, the "
                 "folder every node mounts), not node-local"
             ]

@@ -126,6 +126,13 @@ class PodBuilder:
         self.pod["status"].update(phase="Failed", reason="Evicted", message=message)
         return self
 
+    def scheduled(self, seconds: float) -> PodBuilder:
+        """Bound to its node at T0 + `seconds` (PodScheduled's transition)."""
+        for condition in self.pod["status"].setdefault("conditions", []):
+            if condition["type"] == "PodScheduled":
+                condition["lastTransitionTime"] = stamp(seconds)
+        return self
+
     def on_node(self, node: str) -> PodBuilder:
         self.pod.setdefault("spec", {})["nodeName"] = node
         return self

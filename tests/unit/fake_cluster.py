@@ -43,6 +43,8 @@ class FakeCluster:
         self.nodes: dict[str, Manifest] = {"node-1": {
             "metadata": {"name": "node-1"},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}}}
+        self.live_nodes: dict[str, Manifest] = {}  # nodes as the API has them now, if newer
+        self.node_reads: list[str] = []
         self.objects: dict[str, Manifest] = {}  # PodGroups, by name
         self.served = True  # the PodGroup API
         self.fail_status_writes = 0
@@ -58,6 +60,12 @@ class FakeCluster:
 
     def cached_node(self, name: str) -> Manifest | None:
         return copy.deepcopy(self.nodes.get(name))
+
+    def get_node(self, name: str) -> Manifest | None:
+        """The API's answer; `live_nodes` stages a node the cache (`nodes`) has not caught up
+        with."""
+        self.node_reads.append(name)
+        return copy.deepcopy(self.live_nodes.get(name, self.nodes.get(name)))
 
     def cached_all_pods(self) -> list[Manifest]:
         return [copy.deepcopy(p) for p in self.pods.values()]

@@ -82,7 +82,7 @@ def triples(groups: list[str], resources: list[str], verbs: list[str]) -> set[tu
 # The operator's whole API footprint, from the code (k8s.FOOTPRINT): namespaced, and nodes.
 JOB_RULES = {(group, resource, verb) for (group, resource), verbs in FOOTPRINT.items()
              if resource != "nodes" for verb in verbs}
-NODE_RULES = triples([""], ["nodes"], ["list", "watch"])
+NODE_RULES = triples([""], ["nodes"], ["get", "list", "watch"])
 
 
 def test_default_is_cluster_wide_with_leader_election(tmp_path: Path) -> None:

@@ -260,6 +260,31 @@ def test_a_worker_on_a_lost_node_restarts_the_group_as_a_disruption() -> None:
         "(Kubelet stopped posting node status.)")
 
 
+UNREACHABLE_SINCE_30 = {"status": {"conditions": [
+    {"type": "Ready", "status": "Unknown", "lastTransitionTime": stamp(30)}]}}
+
+
+@pytest.mark.parametrize(("scheduled", "restarts"), [
+    (20, True),   # bound before the node went away: lost with it
+    (30, True),   # in the same second: counted as before (timestamps have whole seconds)
+    (35, False),  # bound after: the scheduler saw the node back; our copy of it is older
+])
+def test_a_worker_bound_after_its_nodes_trouble_began_is_not_lost_to_it(
+    scheduled: int, restarts: bool
+) -> None:
+    """A returning node: the pending worker is bound to it before the operator's node watch
+    shows it Ready again; it must not read as lost (the second disruption seen on kind)."""
+    spec = make_spec(health={"nodeLostSeconds": 20})
+    pods = group(PodBuilder(0).running().on_node("a"),
+                 PodBuilder(1).running().scheduled(scheduled).on_node("b"), workers=2)
+    troubles = {"b": node_trouble("b", UNREACHABLE_SINCE_30)}
+    assert troubles["b"] is not None
+    action = failure_action(spec, JobStatus(), pods, group_started=True, now=at(60),
+                            troubles=troubles)
+    assert (action.kind is ActionKind.RESTART_GROUP_UNCOUNTED) is restarts, action
+    assert (lost_node_deadline(spec, pods, troubles) is not None) is restarts
+
+
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}  # no time
 
 
@@ -269,6 +294,11 @@ NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"
                            "timeAdded": stamp(3)}]}}, "Unreachable", 3),
     ({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, "NotReady", None),
     ({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, None, None),
+    # Ready again: the taint the lifecycle controller has not removed yet dates the outage
+    # that ended, not a current one.
+    ({"spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
+                           "timeAdded": stamp(3)}]},
+      "status": {"conditions": [{"type": "Ready", "status": "True"}]}}, "Unreachable", None),
     # The NoSchedule taint carries no timeAdded: its age is unknown, never "long ago" ...
     ({"spec": {"taints": [NOT_READY_TAINT]}}, "NotReady", None),
     # ... and the Ready condition's transition time dates it when there is one.

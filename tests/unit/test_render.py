@@ -22,13 +22,17 @@ from tests.unit.builders import JOB, NAMESPACE, job_body, make_job
 def env_of(pod: dict[str, Any], container: str = "tensorflow",
            config_maps: Sequence[dict[str, Any]] = ()) -> dict[str, str]:
     """The trainer's environment as its process sees it: resolved the way the kubelet does
-    (a ConfigMap key for valueFrom, then $(VAR) of earlier variables expanded; an unknown
-    reference stays as written; a key of a ConfigMap not given is left out)."""
+    (a ConfigMap key or the pod's own field for valueFrom, then $(VAR) of earlier variables
+    expanded; an unknown reference stays as written; a key of a ConfigMap not given is left
+    out)."""
     trainer = next(c for c in pod["spec"]["containers"] if c["name"] == container)
     data = {(c["metadata"]["name"], k): v for c in config_maps for k, v in c["data"].items()}
     env: dict[str, str] = {}
     for e in trainer["env"]:
-        if "valueFrom" in e:
+        if "fieldRef" in e.get("valueFrom", {}):
+            assert e["valueFrom"]["fieldRef"] == {"fieldPath": "spec.nodeName"}
+            env[e["name"]] = pod["spec"].get("nodeName", "")
+        elif "valueFrom" in e:
             ref = e["valueFrom"]["configMapKeyRef"]
             if (ref["name"], ref["key"]) in data:
                 env[e["name"]] = data[(ref["name"], ref["key"])]
@@ -96,6 +100,7 @@ def test_worker_env_follows_the_contract() -> None:
     assert json.loads(env.pop("MWJ_WORKER_ADDRESSES")) == [
         f"demo-worker-{i}.demo.ml.svc:2222" for i in range(4)]
     assert env == {
+        "MWJ_NODE_NAME": "",  # the kubelet fills it in; the pod is not bound yet
         "MWJ_JOB_NAME": "demo",
         "MWJ_JOB_NAMESPACE": "ml",
         "MWJ_JOB_UID": "uid-demo",

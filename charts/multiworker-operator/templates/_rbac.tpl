@@ -65,8 +65,9 @@ against the code's REST calls; the e2e suite runs the operator under it.
 {{/* Rules for cluster-scoped objects, in every mode. */}}
 {{- define "mwo.rbac.clusterRules" -}}
 # Nodes: watched so that a worker on a NotReady or unreachable node restarts its group in
-# seconds, and a stale pod is force-deleted only when its node is gone.
+# seconds, and a stale pod is force-deleted only when its node is gone; read once more (get)
+# before either, since the watch may lag a node that came back.
 - apiGroups: [""]
   resources: [nodes]
-  verbs: [list, watch]
+  verbs: [get, list, watch]
 {{- end }}

@@ -26,6 +26,9 @@ MWJ_RESUME_FROM_DIR = "MWJ_RESUME_FROM_DIR"
 MWJ_PROGRESS_PORT = "MWJ_PROGRESS_PORT"
 MWJ_PEER_TIMEOUT_SECONDS = "MWJ_PEER_TIMEOUT_SECONDS"
 MWJ_COLLECTIVE_TIMEOUT_SECONDS = "MWJ_COLLECTIVE_TIMEOUT_SECONDS"
+# The node the pod runs on (the downward API's spec.nodeName): named in the runtime's words
+# when a checkpoint volume is not shared between nodes.
+MWJ_NODE_NAME = "MWJ_NODE_NAME"
 # Never set by the operator: every worker's progress port, by index, for groups whose workers
 # share one host (tests, a laptop). Unset: each peer serves on MWJ_PROGRESS_PORT.
 MWJ_PROGRESS_PORTS = "MWJ_PROGRESS_PORTS"
@@ -54,6 +57,9 @@ class ExitCode(enum.IntEnum):
     BAD_CONFIG = 2
     PEERS_UNREACHABLE = 3
     COLLECTIVE_ABORTED = 4
+    # A newer generation of the job claimed the checkpoint directory (its fence): this
+    # trainer belongs to a group already replaced and stops without saving.
+    SUPERSEDED = 5
     PREEMPTED = 143
 
 

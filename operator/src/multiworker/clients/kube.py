@@ -44,7 +44,7 @@ FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
     ("", "configmaps"): frozenset({"create"}),  # never read: see render_cluster_config
     ("", "events"): frozenset({"create"}),
     ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
-    ("", "nodes"): frozenset({"list", "watch"}),
+    ("", "nodes"): frozenset({"get", "list", "watch"}),
     ("scheduling.x-k8s.io", "podgroups"): frozenset({"create", "get", "delete"}),
     ("networking.k8s.io", "networkpolicies"): frozenset({"create", "get"}),
 }
@@ -185,6 +185,9 @@ class Cluster:
 
     def get_object(self, path: str) -> Manifest | None:
         return self._get(path)
+
+    def get_node(self, name: str) -> Manifest | None:
+        return self._get(f"/api/v1/nodes/{name}")
 
     def delete_object(self, path: str) -> None:
         self._delete(path, {})

@@ -41,14 +41,16 @@ def node_trouble(name: str, node: Node | None) -> NodeTrouble | None:
     """The trouble of node `name` as last seen (None: it is Ready).
 
     Since when is read from the Ready condition's lastTransitionTime, else from a NoExecute
-    taint's timeAdded. The NoSchedule not-ready/unreachable taints carry no time: one alone (a
-    kubelet restart, a one-second runtime hiccup) is trouble of unknown age, which never counts
-    as long ago."""
+    taint's timeAdded (not on a node Ready again, whose taints are leftovers). The NoSchedule
+    not-ready/unreachable taints carry no time: one alone (a kubelet restart, a one-second
+    runtime hiccup) is trouble of unknown age, which never counts as long ago."""
     if node is None:
         return NodeTrouble(name, "Gone", None, "the node object no longer exists")
-    reason, since, message = None, None, ""
+    reason, since, message, ready = None, None, "", False
     for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready" and condition.get("status") != "True":
+        if condition.get("type") == "Ready" and condition.get("status") == "True":
+            ready = True
+        elif condition.get("type") == "Ready":
             reason = "Unreachable" if condition.get("status") == "Unknown" else "NotReady"
             since = _time(condition.get("lastTransitionTime"))
             message = condition.get("message") or ""
@@ -56,7 +58,9 @@ def node_trouble(name: str, node: Node | None) -> NodeTrouble | None:
         tainted = _TAINTS.get(taint.get("key", ""))
         if tainted is not None and taint.get("effect") in ("NoExecute", "NoSchedule"):
             reason = reason or tainted
-            since = since or _time(taint.get("timeAdded"))
+            # Ready again: the node lifecycle controller removes its taints seconds later, and
+            # until then their timeAdded dates the outage that just ended, not a current one.
+            since = since or (None if ready else _time(taint.get("timeAdded")))
     return NodeTrouble(name, reason, since, message) if reason is not None else None
 
 

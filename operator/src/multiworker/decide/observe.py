@@ -70,6 +70,9 @@ class WorkerState:
     terminating: bool = False  # deletion requested
     ip: str = ""  # the pod's IP, where it serves GET /progress
     node: str = ""  # the node it was scheduled to
+    # When the scheduler bound it (PodScheduled's transition): node trouble that began before
+    # is older than the binding, so it is not this pod's (the node came back in between).
+    scheduled_at: datetime | None = None
     image_id: str = ""  # the image its training container runs (a digest), once started
     # The pod itself has ended: phase Succeeded or Failed, or every container terminated (the
     # kubelet may report the last exit a moment before the phase). A trainer that exited while
@@ -227,6 +230,7 @@ def classify(pod: Pod, index: int, container: str) -> WorkerState:
     return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta,
                    ip=pod.get("status", {}).get("podIP") or "",
                    node=(pod.get("spec") or {}).get("nodeName") or "",
+                   scheduled_at=_scheduled_at(pod.get("status", {})),
                    image_id=(trainer or {}).get("imageID") or "",
                    pod_ended=_pod_ended(pod.get("status", {})),
                    progress_port=_int((meta.get("annotations") or {})
@@ -375,6 +379,13 @@ def _container_status(statuses: list[Mapping[str, Any]], name: str) -> Mapping[s
 
 def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     return next((c for c in status.get("conditions", []) if c.get("type") == type_), None)
+
+
+def _scheduled_at(status: Mapping[str, Any]) -> datetime | None:
+    scheduled = _condition(status, "PodScheduled")
+    if scheduled is None or scheduled.get("status") != "True":
+        return None
+    return _time(scheduled.get("lastTransitionTime"))
 
 
 def _condition_true(status: Mapping[str, Any], type_: str) -> bool:

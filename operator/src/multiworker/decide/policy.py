@@ -203,11 +203,27 @@ def lost_node_action(spec: MultiWorkerJobSpec, status: JobStatus, group: Observe
     dead (its collective cannot finish), so restart it as a disruption — long before
     Kubernetes would evict the pod."""
     grace = timedelta(seconds=spec.health.node_lost_seconds)
-    for worker in group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING):
-        trouble = troubles.get(worker.node) if worker.node else None
-        if trouble is not None and _lost(trouble, now, grace):
+    for worker, trouble in _workers_in_trouble(group, troubles):
+        if _lost(trouble, now, grace):
             return disruption_action(spec, status, lost_node_culprit(worker, trouble))
     return NO_ACTION
+
+
+def _workers_in_trouble(group: ObservedGroup, troubles: Mapping[str, NodeTrouble]
+                        ) -> list[tuple[WorkerState, NodeTrouble]]:
+    """Started workers with the trouble of their node — unless the pod was bound after that
+    trouble began: the scheduler saw the node back by then, and the operator's copy of the
+    node is older than the pod's (a returning node, the pod and node watches out of step)."""
+    found = []
+    for worker in group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING):
+        trouble = troubles.get(worker.node) if worker.node else None
+        if trouble is None:
+            continue
+        if trouble.since is not None and worker.scheduled_at is not None and \
+                worker.scheduled_at > trouble.since:
+            continue
+        found.append((worker, trouble))
+    return found
 
 
 def _lost(trouble: NodeTrouble, now: datetime, grace: timedelta) -> bool:
@@ -218,12 +234,19 @@ def _lost(trouble: NodeTrouble, now: datetime, grace: timedelta) -> bool:
     return trouble.since is not None and now - trouble.since >= grace
 
 
+def lost_nodes(spec: MultiWorkerJobSpec, group: ObservedGroup,
+               troubles: Mapping[str, NodeTrouble], now: datetime) -> set[str]:
+    """The nodes that make a worker lost now (the operator reads them again before acting)."""
+    grace = timedelta(seconds=spec.health.node_lost_seconds)
+    return {w.node for w, t in _workers_in_trouble(group, troubles) if _lost(t, now, grace)}
+
+
 def lost_node_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup,
                        troubles: Mapping[str, NodeTrouble]) -> datetime | None:
     """When the earliest worker on a troubled node counts as lost (to look again then)."""
     grace = timedelta(seconds=spec.health.node_lost_seconds)
-    times = [t.since + grace for w in group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING)
-             if (t := troubles.get(w.node)) is not None and t.since is not None]
+    times = [t.since + grace for _, t in _workers_in_trouble(group, troubles)
+             if t.since is not None]
     return min(times) if times else None
 
 

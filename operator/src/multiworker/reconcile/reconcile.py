@@ -15,7 +15,7 @@ peers exiting non-zero on their way out must not restart a finished job.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +32,7 @@ from multiworker.decide.policy import (
     failure_action,
     hang_action,
     lost_node_deadline,
+    lost_nodes,
     startup_deadline,
     success_action,
 )
@@ -148,6 +149,8 @@ def delete_stale_pods(p: Pass) -> Flow:
             continue
         due = pod.deletion + FORCE_DELETE_AFTER
         trouble = p.troubles.get(pod.node)
+        if trouble is not None and p.now >= due:
+            trouble = _reread_troubles(p, {pod.node}).get(pod.node)
         if trouble is None or p.now < due:
             p.wake_at(due if trouble is not None else None)
             continue
@@ -191,6 +194,11 @@ def success_policy(p: Pass) -> Flow:
 
 
 def failure_policy(p: Pass) -> Flow:
+    """Failed workers, lost nodes and stuck starts (policy.failure_action). A node is lost
+    only as read from the API just now: the watch may still show trouble that has ended."""
+    lost = lost_nodes(p.job.spec, p.group, p.troubles, p.now)
+    if lost:
+        _reread_troubles(p, lost)
     action = failure_action(
         p.job.spec, p.status, p.group, group_started=p.status.group_start_time is not None,
         now=p.now, troubles=p.troubles,
@@ -237,6 +245,19 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
 
 
 # --- helpers of the steps ---
+
+
+def _reread_troubles(p: Pass, node_names: set[str]) -> Mapping[str, NodeTrouble]:
+    """Reads `node_names` from the API (not the cache) into p.troubles, before acting on them."""
+    troubles = dict(p.troubles)
+    for node in node_names - {""}:
+        trouble = node_trouble(node, p.cluster.get_node(node))
+        if trouble is None:
+            troubles.pop(node, None)
+        else:
+            troubles[node] = trouble
+    p.troubles = troubles
+    return troubles
 
 
 def _troubles(cluster: ClusterIO, node_names: set[str]) -> dict[str, NodeTrouble]:

@@ -94,7 +94,10 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
         if checkpoint.resume_from is not None:
             resume_dir = posixpath.join(checkpoint.mount_path, checkpoint.resume_from)
             values[contract.MWJ_RESUME_FROM_DIR] = posixpath.normpath(resume_dir)
-    return [addresses, *({"name": name, "value": value} for name, value in values.items())]
+    node = {"name": contract.MWJ_NODE_NAME,
+            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    return [addresses, node,
+            *({"name": name, "value": value} for name, value in values.items())]
 
 
 def render_service(job: Job, owner: Manifest) -> Manifest:

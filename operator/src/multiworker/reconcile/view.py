@@ -81,6 +81,9 @@ class View:
     def get_service(self, namespace: str, name: str) -> Manifest | None:
         return self.cluster.get_service(namespace, name)
 
+    def get_node(self, name: str) -> Manifest | None:
+        return self.cluster.get_node(name)
+
     def create_pods(self, pods: Sequence[Manifest]) -> list[Created | Refused]:
         return self.cluster.create_pods(pods)
 

@@ -49,7 +49,10 @@ class FakeNode:
                              "--type=merge", "-p", json.dumps(status))
 
     def _heartbeat(self) -> None:
+        """Renews the Lease every 5 s while `alive` is set (clear it: a silent kubelet)."""
         while not self._stop.wait(5):
+            if not self.alive.is_set():
+                continue
             now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                      "metadata": {"name": self.name, "namespace": "kube-node-lease"},

@@ -21,11 +21,13 @@ RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRo
 @dataclass
 class ChartIdentity:
     kubeconfig: Path
-    cluster_scoped: list[tuple[str, str]]  # (kind, name) to delete afterwards
+    # (kind, name, namespace or "") outside the test's namespace, to delete afterwards
+    elsewhere: list[tuple[str, str, str]]
 
     def delete(self, cluster: Cluster) -> None:
-        for kind, name in self.cluster_scoped:
-            cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+        for kind, name, namespace in self.elsewhere:
+            where = ("-n", namespace) if namespace else ()
+            cluster.kubectl(*where, "delete", kind, name, "--ignore-not-found", check=False)
 
 
 def chart_identity(cluster: Cluster, namespace: str, out: Path) -> ChartIdentity:
@@ -35,8 +37,10 @@ def chart_identity(cluster: Cluster, namespace: str, out: Path) -> ChartIdentity
          "--set", f"watchNamespaces={{{namespace}}}"],
         check=True, capture_output=True, text=True, timeout=60).stdout
     objects = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] in RBAC_KINDS]
-    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": objects}))
+    for where in {o["metadata"].get("namespace", namespace) for o in objects}:
+        cluster.kubectl("-n", where, "apply", "-f", "-", input=json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": [
+                o for o in objects if o["metadata"].get("namespace", namespace) == where]}))
     account = next(o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount")
     token = cluster.kubectl("-n", namespace, "create", "token", account,
                             "--duration=4h").stdout.strip()
@@ -51,6 +55,7 @@ def chart_identity(cluster: Cluster, namespace: str, out: Path) -> ChartIdentity
     }
     path = out / "chart-rbac.kubeconfig"
     path.write_text(yaml.safe_dump(config))
-    scoped = [(o["kind"], o["metadata"]["name"]) for o in objects
-              if o["kind"].startswith("Cluster")]
-    return ChartIdentity(path, scoped)
+    elsewhere = [(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace", ""))
+                 for o in objects if o["kind"].startswith("Cluster")
+                 or o["metadata"].get("namespace", namespace) != namespace]
+    return ChartIdentity(path, elsewhere)

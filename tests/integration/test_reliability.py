@@ -178,3 +178,39 @@ def test_a_node_notready_for_a_few_seconds_restarts_nothing(
         assert status.get("groupGeneration", 0) == 0 and status.get("disruptions", 0) == 0, \
             jobs.describe("blip")
         time.sleep(1)
+
+
+def test_a_node_whose_lease_goes_silent_restarts_the_group_long_before_notready(
+    jobs: Jobs, fake_node: FakeNode,
+) -> None:
+    """The node's kubelet renews its Lease every 5 s here (10 s in a real kubelet). A 5 s gap
+    restarts nothing; a Lease silent for nodeLostSeconds restarts the group as a disruption
+    while the node object still says Ready (NotReady would come 50 s after the last one)."""
+    jobs.apply(on_node(job("silent", SLEEP, workers=2, health={"nodeLostSeconds": 10}),
+                       fake_node))
+    wait_for(lambda: len([p for p in jobs.pods("silent") if p["spec"].get("nodeName")]) == 2,
+             60, describe="both workers bound to the fake node")
+    wait_for(lambda: jobs.cluster.kubectl("-n", "kube-node-lease", "get", "lease",
+                                          fake_node.name, check=False).returncode == 0,
+             30, describe="the fake node's first Lease renewal")
+    fake_node.alive.clear()
+    time.sleep(5)  # the gap's length is the case's subject
+    fake_node.alive.set()
+    deadline = time.monotonic() + 20  # past nodeLostSeconds and a renewal interval
+    while time.monotonic() < deadline:
+        status = jobs.status("silent")
+        assert status.get("groupGeneration", 0) == 0, jobs.describe("silent")
+        time.sleep(1)
+
+    fake_node.alive.clear()
+    silenced = time.monotonic()
+    status = jobs.wait("silent", "a restart for the silent Lease",
+                       lambda s: s if s.get("groupGeneration") == 1 else None, timeout=45)
+    print(f"\nsilent Lease -> group restarted in {time.monotonic() - silenced:.1f}s")
+    assert (status["disruptions"], status.get("restarts", 0)) == (1, 0)
+    assert status["lastFailure"]["reason"] == "NodeLost"
+    assert f"node {fake_node.name} last renewed its Lease at" in \
+        status["lastFailure"]["message"], status["lastFailure"]
+    ready = jobs.cluster.kubectl("get", "node", fake_node.name, "-o",
+                                 "jsonpath={.status.conditions[?(@.type=='Ready')].status}")
+    assert ready.stdout.strip() == "True"  # the node controller has not noticed yet

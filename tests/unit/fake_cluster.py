@@ -45,6 +45,7 @@ class FakeCluster:
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}}}
         self.live_nodes: dict[str, Manifest] = {}  # nodes as the API has them now, if newer
         self.node_reads: list[str] = []
+        self.silences: dict[str, float] = {}  # seconds since a node's Lease was seen renewed
         self.objects: dict[str, Manifest] = {}  # PodGroups, by name
         self.served = True  # the PodGroup API
         self.fail_status_writes = 0
@@ -66,6 +67,9 @@ class FakeCluster:
         with."""
         self.node_reads.append(name)
         return copy.deepcopy(self.live_nodes.get(name, self.nodes.get(name)))
+
+    def heartbeat_silence(self, node: str) -> float | None:
+        return self.silences.get(node)
 
     def cached_all_pods(self) -> list[Manifest]:
         return [copy.deepcopy(p) for p in self.pods.values()]

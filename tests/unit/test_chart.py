@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from multiworker.api import names
-from multiworker.clients.kube import FOOTPRINT
+from multiworker.clients.kube import FOOTPRINT, NODE_LEASE_FOOTPRINT
 
 from tests.cluster import BIN, REPO
 
@@ -83,15 +83,22 @@ def triples(groups: list[str], resources: list[str], verbs: list[str]) -> set[tu
 JOB_RULES = {(group, resource, verb) for (group, resource), verbs in FOOTPRINT.items()
              if resource != "nodes" for verb in verbs}
 NODE_RULES = triples([""], ["nodes"], ["get", "list", "watch"])
+NODE_LEASE_RULES = {(group, resource, verb)
+                    for (group, resource), verbs in NODE_LEASE_FOOTPRINT.items()
+                    for verb in verbs}
 
 
 def test_default_is_cluster_wide_with_leader_election(tmp_path: Path) -> None:
     """The RBAC grants exactly what the code calls (k8s.FOOTPRINT): no more, no less."""
     objs = template(tmp_path)
     assert kinds(objs) == [
-        "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount",
+        "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",
+        "ServiceAccount",
     ]
     assert rules(one(objs, "ClusterRole")) == NODE_RULES | JOB_RULES
+    assert rules(one(objs, "Role", "kube-node-lease")) == NODE_LEASE_RULES
+    assert one(objs, "RoleBinding", "kube-node-lease")["roleRef"]["name"] == \
+        one(objs, "Role", "kube-node-lease")["metadata"]["name"]
     args = container(objs)["args"]
     assert "--all-namespaces" in args and "--standalone" not in args
     assert not [a for a in args if a.startswith(("--namespace", "--peering"))]
@@ -105,13 +112,16 @@ def test_default_is_cluster_wide_with_leader_election(tmp_path: Path) -> None:
 
 def test_only_the_operators_own_lease_can_be_read_or_updated(tmp_path: Path) -> None:
     """Leader election needs one Lease per namespace; the rules must not reach any other
-    (kube-system's controller-manager and scheduler Leases, say)."""
+    (kube-system's controller-manager and scheduler Leases, say). The nodes' Leases are read
+    (never written) in kube-node-lease alone."""
     for values in ({}, {"watchNamespaces": ["a"]}):
         for role in (o for o in template(tmp_path, values) if o["kind"] in ("Role", "ClusterRole")):
             for rule in role["rules"]:
                 if "leases" not in rule["resources"]:
                     continue
-                if set(rule["verbs"]) - {"create"}:
+                if role["metadata"].get("namespace") == "kube-node-lease":
+                    assert set(rule["verbs"]) == {"list", "watch"}, rule
+                elif set(rule["verbs"]) - {"create"}:
                     assert rule.get("resourceNames") == [names.LEASE_NAME], rule
 
 

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 from multiworker.api.status import JobStatus
-from multiworker.decide.nodes import node_trouble
+from multiworker.decide.nodes import earliest, heartbeat_trouble, node_trouble
 from multiworker.decide.observe import ObservedGroup, observe_group
 from multiworker.decide.policy import (
     NO_ACTION,
@@ -16,6 +16,7 @@ from multiworker.decide.policy import (
     startup_deadline,
     success_action,
 )
+from multiworker.decide.progress import GroupHealth, WorkerTrack
 
 from tests.unit.builders import JOB, JOB_UID, PodBuilder, at, make_spec, stamp
 
@@ -375,3 +376,56 @@ def test_an_image_without_a_registry_digest_cannot_be_pinned() -> None:
                             group_started=True, now=at(60))
     assert action.kind is ActionKind.FAIL_JOB
     assert "has no registry digest to pin to" in action.message
+
+
+@pytest.mark.parametrize(("silence", "now", "restarts"), [
+    (11, 41, False),  # one renewal late: not trouble yet (the kubelet renews every 10 s)
+    (19, 49, False),  # trouble since 30, not yet nodeLostSeconds (20) long
+    (20, 50, True),   # no renewal seen for nodeLostSeconds: lost, long before NotReady (50 s)
+])
+def test_a_node_whose_lease_went_silent_is_lost_after_node_lost_seconds(
+    silence: int, now: int, restarts: bool
+) -> None:
+    spec = make_spec(health={"nodeLostSeconds": 20})
+    pods = group(PodBuilder(0).running().on_node("a"), PodBuilder(1).running().on_node("b"),
+                 workers=2)
+    trouble = heartbeat_trouble("b", silence, at(now))
+    troubles = {"b": trouble} if trouble else {}
+    action = failure_action(spec, JobStatus(), pods, group_started=True, now=at(now),
+                            troubles=troubles)
+    assert (action.kind is ActionKind.RESTART_GROUP_UNCOUNTED) is restarts, action
+    if restarts:
+        assert action.message.startswith(
+            "restarting group: worker-1 lost its node: node b last renewed its Lease at "
+            "12:00:30 (no renewal seen for 20s; its kubelet renews every 10s)"), action.message
+
+
+@pytest.mark.parametrize(("answering", "polled", "restarts"), [
+    (True, 35, False),  # answered a poll made after the last renewal: the node is up
+    (True, 25, True),   # its last answer came before the silence began: no evidence
+    (False, 35, True),  # asked and silent: corroborated
+])
+def test_a_silent_lease_is_not_a_lost_node_while_the_worker_still_answers(
+    answering: bool, polled: int, restarts: bool
+) -> None:
+    """A kubelet restarting or cut off from the API server alone leaves the node and its
+    pods running: a worker that still answers /progress vetoes the restart."""
+    spec = make_spec(health={"nodeLostSeconds": 20})
+    pods = group(PodBuilder(0).running().on_node("a"), PodBuilder(1).running().on_node("b"),
+                 workers=2)
+    trouble = heartbeat_trouble("b", 30, at(60))
+    assert trouble is not None
+    troubles = {"b": trouble}
+    health = GroupHealth(0, (WorkerTrack(0, answering=True),
+                             WorkerTrack(1, answering=answering)), at(polled))
+    action = failure_action(spec, JobStatus(), pods, group_started=True, now=at(60),
+                            troubles=troubles, health=health)
+    assert (action.kind is ActionKind.RESTART_GROUP_UNCOUNTED) is restarts, action
+
+
+def test_the_earliest_trouble_of_a_node_is_the_one_that_counts() -> None:
+    status = node_trouble("b", UNREACHABLE_SINCE_30)
+    silent = heartbeat_trouble("b", 50, at(70))  # last renewal at 20
+    assert earliest(status, silent) is silent and earliest(None, status) is status
+    gone = node_trouble("b", None)
+    assert earliest(silent, gone) is gone and earliest(None, None) is None

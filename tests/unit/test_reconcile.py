@@ -509,3 +509,16 @@ def test_a_lost_node_is_read_from_the_api_before_the_group_restarts(back: bool) 
     assert restarted is not back, cluster.events
     if back:
         assert cluster.status["phase"] == "Running" and cluster.created_pods == PODS
+
+
+def test_a_node_whose_lease_went_silent_restarts_the_group_before_it_turns_notready() -> None:
+    """The node object still says Ready (NotReady comes 50 s after the last heartbeat); its
+    Lease has not been renewed for nodeLostSeconds and its worker does not answer."""
+    cluster = started(health={"nodeLostSeconds": 20})
+    cluster.silences["node-1"] = 15.0  # trouble, not yet 20 s of it
+    step(cluster)
+    assert cluster.status.get("disruptions", 0) == 0
+    cluster.silences["node-1"] = 21.0
+    step(cluster, seconds=6)
+    assert cluster.status.get("disruptions", 0) == 1, cluster.events
+    assert "node node-1 last renewed its Lease at" in cluster.status["lastFailure"]["message"]

@@ -71,3 +71,12 @@ against the code's REST calls; the e2e suite runs the operator under it.
   resources: [nodes]
   verbs: [get, list, watch]
 {{- end }}
+
+{{/* Rules in kube-node-lease, in every mode: the nodes' heartbeats. */}}
+{{- define "mwo.rbac.nodeLeaseRules" -}}
+# Node Leases: watched so that a worker whose node stopped renewing its Lease (every 10 s)
+# restarts its group long before the node turns NotReady (50 s); read only, in this namespace.
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [list, watch]
+{{- end }}

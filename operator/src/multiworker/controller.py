@@ -24,11 +24,13 @@ from multiworker.api import names
 from multiworker.api.conditions import Reason
 from multiworker.api.status import TERMINAL_PHASES
 from multiworker.clients import metrics
+from multiworker.clients.heartbeats import NODE_LEASES_PATH, slim_lease
 from multiworker.clients.informer import Informer, Key, Store, slim, slim_node, slim_pod
 from multiworker.clients.kube import Cluster
 from multiworker.clients.leader import Elector
 from multiworker.clients.poller import Poller
 from multiworker.clients.workqueue import WorkQueue, jittered
+from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS
 from multiworker.decide.observe import Classified
 from multiworker.logs import job_logger
 from multiworker.reconcile.context import Options, Outcome
@@ -51,6 +53,8 @@ STUCK_PASS_SECONDS = 180.0  # a pass running longer than this means the operator
 # adds to noticing a failure, against restarts that take seconds at that size.
 POD_BATCH_SECONDS_PER_WORKER = 0.0005
 POD_BATCH_MAX_SECONDS = 0.5
+# How often the nodes that run workers are checked for a Lease gone silent: no event says so.
+HEARTBEAT_CHECK_SECONDS = 1.0
 
 
 def utc_now() -> datetime:
@@ -97,6 +101,11 @@ class Controller:
     _in_pass: dict[Key, float] = field(init=False, default_factory=dict)
     _jobs_per_namespace: dict[str, int] = field(init=False, default_factory=dict)
     _classified: dict[Key, Classified] = field(init=False, default_factory=dict)
+    # Nodes with workers whose Lease went silent, their jobs told once; told again on renewal.
+    _silent_nodes: set[str] = field(init=False, default_factory=set)
+    # Not waited for at start: without RBAC for kube-node-lease, the operator runs on and
+    # finds lost nodes by their status alone.
+    _lease_informer: Informer | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.view = View(self.cluster, Store(), Store(index_of=_pod_job), Store())
@@ -124,12 +133,16 @@ class Controller:
                                              self._on_node, None, None, slim_node))
         for informer in self.informers:
             informer.start()
+        self._lease_informer = self._informer(NODE_LEASES_PATH, Store(), self._on_lease,
+                                              None, None, slim_lease)
+        self._lease_informer.start()
         await asyncio.to_thread(self._wait_synced)
         log.info("caches synced: %d jobs, %d pods, %d nodes", len(self.view.job_store),
                  len(self.view.pod_store), len(self.view.node_store))
         self._tasks = [asyncio.create_task(self._work(), name=f"pass worker {i}")
                        for i in range(self.workers)]
         self._tasks.append(asyncio.create_task(self.poller.run(), name="progress poller"))
+        self._tasks.append(asyncio.create_task(self._watch_heartbeats(), name="heartbeats"))
         if self.elector is not None:
             self.elector.want(set(self._jobs_per_namespace))
             self._tasks.append(asyncio.create_task(self.elector.run(), name="leader election"))
@@ -142,7 +155,8 @@ class Controller:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        for informer in self.informers:
+        for informer in [*self.informers, *([self._lease_informer] if self._lease_informer
+                                            else [])]:
             informer.stop()
         if self.elector is not None:
             await self.elector.release_all()
@@ -153,7 +167,8 @@ class Controller:
         for key, started in self._in_pass.items():
             if now - started > STUCK_PASS_SECONDS:
                 return f"the pass over {key[0]}/{key[1]} has run for {now - started:.0f}s"
-        dead = [i.path for i in self.informers if i.synced.is_set() and not i.alive]
+        informers = [*self.informers, *([self._lease_informer] if self._lease_informer else [])]
+        dead = [i.path for i in informers if i.synced.is_set() and not i.alive]
         return f"informers stopped: {', '.join(dead)}" if dead else None
 
     def _informer(self, path: str, store: Store, listener: Callable[..., None],
@@ -213,7 +228,29 @@ class Controller:
     def _on_node(self, kind: str, old: Manifest | None, new: Manifest | None) -> None:
         if old is not None and new is not None and _node_health(old) == _node_health(new):
             return  # a heartbeat or label change: nothing a pass looks at
-        node = (new or old or {}).get("metadata", {}).get("name", "")
+        self._wake_jobs_on((new or old or {}).get("metadata", {}).get("name", ""))
+
+    def _on_lease(self, kind: str, old: Manifest | None, new: Manifest | None) -> None:
+        node = self.view.heartbeats.on_lease(kind, old, new)
+        if node is not None and node in self._silent_nodes:
+            self._silent_nodes.discard(node)  # renewed again: its jobs look once more
+            self._wake_jobs_on(node)
+
+    async def _watch_heartbeats(self) -> None:
+        """Wakes the jobs on a node whose Lease went silent (no event says so), once; their
+        passes then look again when it would count as lost (policy.lost_node_deadline)."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_CHECK_SECONDS)
+            nodes = {node for _, node in self._pods_by_node.indexes()}
+            for node in self.view.heartbeats.silent(nodes, STALE_HEARTBEAT_SECONDS) \
+                    - self._silent_nodes:
+                log.warning("node %s: no Lease renewal seen for %.0fs", node,
+                            self.view.heartbeats.silence(node) or 0)
+                self._silent_nodes.add(node)
+                self._wake_jobs_on(node)
+            self._silent_nodes &= nodes
+
+    def _wake_jobs_on(self, node: str) -> None:
         for pod in self._pods_by_node.by_index(("", node)):
             job = _pod_job(pod)
             if job is not None:

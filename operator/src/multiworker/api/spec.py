@@ -146,7 +146,10 @@ class HealthSpec(Model):
     the group's median. Unset turns it off."""
     node_lost_seconds: int = Field(default=20, ge=1, le=3600)
     """Restart the group (as a disruption) when a worker's node has been NotReady or
-    unreachable for this long — Kubernetes itself evicts such pods only after ~5 minutes."""
+    unreachable for this long, or its kubelet has not renewed the node's Lease for this long
+    (renewed every 10 s: 20 s is two renewals missed) while the worker does not answer
+    /progress — Kubernetes itself calls the node NotReady after 50 s and evicts its pods only
+    after ~5 minutes."""
     peer_timeout_seconds: int = Field(default=contract.DEFAULT_PEER_TIMEOUT_SECONDS, ge=1,
                                       le=MAX_SECONDS)
     """How long a starting worker waits for its peers (MWJ_PEER_TIMEOUT_SECONDS)."""

@@ -114,6 +114,11 @@ class Store:
         with self._lock:
             return list(self._objects)
 
+    def indexes(self) -> list[Key]:
+        """The secondary index's keys (e.g. every node some pod is on)."""
+        with self._lock:
+            return list(self._index)
+
     def __len__(self) -> int:
         return len(self._objects)
 

@@ -48,6 +48,10 @@ FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
     ("scheduling.x-k8s.io", "podgroups"): frozenset({"create", "get", "delete"}),
     ("networking.k8s.io", "networkpolicies"): frozenset({"create", "get"}),
 }
+# In kube-node-lease alone (a Role there): the nodes' heartbeats (heartbeats.py).
+NODE_LEASE_FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
+    ("coordination.k8s.io", "leases"): frozenset({"list", "watch"}),
+}
 API_SERVED_TTL_SECONDS = 30.0  # how long a discovery answer (is the PodGroup API served?) holds
 
 

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 Node = Mapping[str, Any]
+
+# The kubelet renews its node's Lease in kube-node-lease every 10 s (a quarter of its default
+# nodeLeaseDurationSeconds, 40); the node controller calls the node NotReady only after 50 s
+# without one. A Lease the operator has not seen renewed for one interval and a margin is
+# trouble, dated from the last renewal it saw arrive (its own clock: never the kubelet's).
+KUBELET_RENEW_SECONDS = 10.0
+STALE_HEARTBEAT_SECONDS = KUBELET_RENEW_SECONDS + 2.0
+HEARTBEAT_STALE = "HeartbeatStale"
 
 _TAINTS = {"node.kubernetes.io/unreachable": "Unreachable",
            "node.kubernetes.io/not-ready": "NotReady"}
@@ -30,11 +38,32 @@ class NodeTrouble:
     message: str
 
     def describe(self) -> str:
-        when = f" since {self.since.strftime('%H:%M:%S')}" if self.since else ""
+        at = " at" if self.reason == HEARTBEAT_STALE else " since"
+        when = f"{at} {self.since.strftime('%H:%M:%S')}" if self.since else ""
         detail = f" ({self.message})" if self.message else ""
         what = {"Gone": "was deleted", "Unreachable": "is unreachable",
-                "NotReady": "is NotReady"}.get(self.reason, self.reason)
+                "NotReady": "is NotReady",
+                HEARTBEAT_STALE: "last renewed its Lease"}.get(self.reason, self.reason)
         return f"node {self.node} {what}{when}{detail}"
+
+
+def heartbeat_trouble(name: str, silence: float | None, now: datetime) -> NodeTrouble | None:
+    """Trouble when node `name`'s Lease has not been seen renewed for `silence` seconds, more
+    than one renewal interval and a margin (None: renewed in time, or no Lease seen)."""
+    if silence is None or silence < STALE_HEARTBEAT_SECONDS:
+        return None
+    return NodeTrouble(name, HEARTBEAT_STALE, now - timedelta(seconds=silence),
+                       f"no renewal seen for {silence:.0f}s; its kubelet renews every "
+                       f"{KUBELET_RENEW_SECONDS:.0f}s")
+
+
+def earliest(*troubles: NodeTrouble | None) -> NodeTrouble | None:
+    """The trouble that began first (a deleted node first of all; unknown age last)."""
+    found = [t for t in troubles if t is not None]
+    if not found:
+        return None
+    return min(found, key=lambda t: (t.reason != "Gone", t.since is None,
+                                     t.since.timestamp() if t.since else 0.0))
 
 
 def node_trouble(name: str, node: Node | None) -> NodeTrouble | None:

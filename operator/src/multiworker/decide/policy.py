@@ -18,8 +18,9 @@ from multiworker.api.contract import PEER_FAILURE_EXIT_CODES
 from multiworker.api.spec import ExitCodeAction, ImageSkewPolicy, MultiWorkerJobSpec, SuccessPolicy
 from multiworker.api.status import JobStatus
 from multiworker.decide.hang import Stall
-from multiworker.decide.nodes import NodeTrouble
+from multiworker.decide.nodes import HEARTBEAT_STALE, NodeTrouble
 from multiworker.decide.observe import EVICTED_FOR_USAGE, ObservedGroup, WorkerPhase, WorkerState
+from multiworker.decide.progress import GroupHealth
 
 # How long a symptom waits for the failure that caused it to show in the API: the kubelets
 # of two nodes report a pod's end a second or more apart.
@@ -136,6 +137,7 @@ def backoff_seconds(base: int, cap: int, spent: int) -> int:
 def failure_action(
     spec: MultiWorkerJobSpec, status: JobStatus, group: ObservedGroup, *,
     group_started: bool, now: datetime, troubles: Mapping[str, NodeTrouble] | None = None,
+    health: GroupHealth | None = None,
 ) -> Action:
     """Restart the group, fail the job, wait, or nothing — for failed workers, workers on
     lost nodes and stuck starts."""
@@ -149,7 +151,7 @@ def failure_action(
         return _on_failure(spec, status, worker)
     action = image_skew_action(spec, status, group)
     if action.kind is ActionKind.NONE:
-        action = lost_node_action(spec, status, group, now, troubles or {})
+        action = lost_node_action(spec, status, group, now, troubles or {}, health)
     if action.kind is ActionKind.NONE:
         action = startup_action(spec, group, now)
     return action
@@ -198,22 +200,27 @@ def _on_failure(spec: MultiWorkerJobSpec, status: JobStatus, worker: WorkerState
 
 
 def lost_node_action(spec: MultiWorkerJobSpec, status: JobStatus, group: ObservedGroup,
-                     now: datetime, troubles: Mapping[str, NodeTrouble]) -> Action:
-    """A worker whose node has been unreachable for spec.health.nodeLostSeconds: the group is
-    dead (its collective cannot finish), so restart it as a disruption — long before
-    Kubernetes would evict the pod."""
+                     now: datetime, troubles: Mapping[str, NodeTrouble],
+                     health: GroupHealth | None = None) -> Action:
+    """A worker whose node has been in trouble for spec.health.nodeLostSeconds — unreachable,
+    NotReady, or silent: its Lease not renewed and the worker not answering /progress — is
+    lost with it: the group is dead (its collective cannot finish), so restart it as a
+    disruption, long before Kubernetes would evict the pod."""
     grace = timedelta(seconds=spec.health.node_lost_seconds)
-    for worker, trouble in _workers_in_trouble(group, troubles):
+    for worker, trouble in _workers_in_trouble(group, troubles, health):
         if _lost(trouble, now, grace):
             return disruption_action(spec, status, lost_node_culprit(worker, trouble))
     return NO_ACTION
 
 
-def _workers_in_trouble(group: ObservedGroup, troubles: Mapping[str, NodeTrouble]
+def _workers_in_trouble(group: ObservedGroup, troubles: Mapping[str, NodeTrouble],
+                        health: GroupHealth | None = None
                         ) -> list[tuple[WorkerState, NodeTrouble]]:
     """Started workers with the trouble of their node — unless the pod was bound after that
-    trouble began: the scheduler saw the node back by then, and the operator's copy of the
-    node is older than the pod's (a returning node, the pod and node watches out of step)."""
+    trouble began (the scheduler saw the node back by then, and the operator's copy of the
+    node is older than the pod's: a returning node, the pod and node watches out of step), or
+    the trouble is a silent Lease and the worker answered a poll made since (the node is up;
+    its kubelet alone is not)."""
     found = []
     for worker in group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING):
         trouble = troubles.get(worker.node) if worker.node else None
@@ -222,8 +229,19 @@ def _workers_in_trouble(group: ObservedGroup, troubles: Mapping[str, NodeTrouble
         if trouble.since is not None and worker.scheduled_at is not None and \
                 worker.scheduled_at > trouble.since:
             continue
+        if trouble.reason == HEARTBEAT_STALE and \
+                _answered_since(health, group.generation, worker.index, trouble.since):
+            continue
         found.append((worker, trouble))
     return found
+
+
+def _answered_since(health: GroupHealth | None, generation: int, index: int,
+                    since: datetime | None) -> bool:
+    if health is None or health.generation != generation or since is None:
+        return False
+    track = health.worker(index)
+    return track is not None and track.answering and health.polled_at > since
 
 
 def _lost(trouble: NodeTrouble, now: datetime, grace: timedelta) -> bool:
@@ -235,10 +253,12 @@ def _lost(trouble: NodeTrouble, now: datetime, grace: timedelta) -> bool:
 
 
 def lost_nodes(spec: MultiWorkerJobSpec, group: ObservedGroup,
-               troubles: Mapping[str, NodeTrouble], now: datetime) -> set[str]:
+               troubles: Mapping[str, NodeTrouble], now: datetime,
+               health: GroupHealth | None = None) -> set[str]:
     """The nodes that make a worker lost now (the operator reads them again before acting)."""
     grace = timedelta(seconds=spec.health.node_lost_seconds)
-    return {w.node for w, t in _workers_in_trouble(group, troubles) if _lost(t, now, grace)}
+    return {w.node for w, t in _workers_in_trouble(group, troubles, health)
+            if _lost(t, now, grace)}
 
 
 def lost_node_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup,

@@ -25,7 +25,7 @@ from multiworker.api.spec import CleanPodPolicy
 from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus
 from multiworker.clients.kube import Conflict, Gone, PodDeletion
 from multiworker.decide.hang import find_stall
-from multiworker.decide.nodes import NodeTrouble, node_trouble
+from multiworker.decide.nodes import NodeTrouble, earliest, heartbeat_trouble, node_trouble
 from multiworker.decide.observe import Classified, WorkerPhase, observe_group
 from multiworker.decide.policy import (
     ActionKind,
@@ -86,7 +86,8 @@ def reconcile(
         generation=status.group_generation, container=job.spec.template.trainer_container(),
         expected=expected, classified=classified,
     )
-    troubles = _troubles(cluster, {w.node for w in group.workers} | {s.node for s in group.stale})
+    troubles = _troubles(cluster, {w.node for w in group.workers} | {s.node for s in group.stale},
+                         now)
     log = job_logger(namespace, name, status.group_generation)
     p = Pass(cluster, body, job, group, troubles, now, status.model_copy(deep=True), log,
              health, pods=pods, options=options)
@@ -196,12 +197,12 @@ def success_policy(p: Pass) -> Flow:
 def failure_policy(p: Pass) -> Flow:
     """Failed workers, lost nodes and stuck starts (policy.failure_action). A node is lost
     only as read from the API just now: the watch may still show trouble that has ended."""
-    lost = lost_nodes(p.job.spec, p.group, p.troubles, p.now)
+    lost = lost_nodes(p.job.spec, p.group, p.troubles, p.now, p.health)
     if lost:
         _reread_troubles(p, lost)
     action = failure_action(
         p.job.spec, p.status, p.group, group_started=p.status.group_start_time is not None,
-        now=p.now, troubles=p.troubles,
+        now=p.now, troubles=p.troubles, health=p.health,
     )
     if action.kind is ActionKind.NONE:
         p.wake_at(lost_node_deadline(p.job.spec, p.group, p.troubles))
@@ -251,7 +252,8 @@ def _reread_troubles(p: Pass, node_names: set[str]) -> Mapping[str, NodeTrouble]
     """Reads `node_names` from the API (not the cache) into p.troubles, before acting on them."""
     troubles = dict(p.troubles)
     for node in node_names - {""}:
-        trouble = node_trouble(node, p.cluster.get_node(node))
+        trouble = earliest(node_trouble(node, p.cluster.get_node(node)),
+                           heartbeat_trouble(node, p.cluster.heartbeat_silence(node), p.now))
         if trouble is None:
             troubles.pop(node, None)
         else:
@@ -260,10 +262,13 @@ def _reread_troubles(p: Pass, node_names: set[str]) -> Mapping[str, NodeTrouble]
     return troubles
 
 
-def _troubles(cluster: ClusterIO, node_names: set[str]) -> dict[str, NodeTrouble]:
+def _troubles(cluster: ClusterIO, node_names: set[str], now: datetime
+              ) -> dict[str, NodeTrouble]:
+    """The nodes' trouble as cached: their status and taints, or a Lease gone silent."""
     found = {}
     for node in node_names - {""}:
-        trouble = node_trouble(node, cluster.cached_node(node))
+        trouble = earliest(node_trouble(node, cluster.cached_node(node)),
+                           heartbeat_trouble(node, cluster.heartbeat_silence(node), now))
         if trouble is not None:
             found[node] = trouble
     return found

@@ -7,6 +7,7 @@ from __future__ import annotations
 from multiworker.api.conditions import Reason, Status, Type, find
 from multiworker.api.status import TERMINAL_PHASES, ProgressStatus
 from multiworker.decide.hang import inactive_reason
+from multiworker.decide.nodes import HEARTBEAT_STALE
 from multiworker.decide.observe import WorkerPhase
 from multiworker.decide.progress import (
     TRAINING,
@@ -127,13 +128,17 @@ def poll_targets(p: Pass) -> Targets | None:
         return None
     if group.generation != s.group_generation:
         return None  # this pass moved on to a new group: its pods do not exist yet
-    workers = tuple((w.index, w.ip) for w in group.workers
-                    if w.phase is WorkerPhase.RUNNING and w.ip and not w.terminating)
+    running = [w for w in group.workers
+               if w.phase is WorkerPhase.RUNNING and w.ip and not w.terminating]
     if health.progress_timeout_seconds is None and health.straggler_threshold is None \
             and _chief_training(p.health):
         # Nothing compares workers and the collective has formed (no peer left to report
-        # unreachable): status.progress is the chief's alone, so only the chief is polled.
-        workers = tuple(w for w in workers if w[0] == 0)
+        # unreachable): status.progress is the chief's alone, so only the chief is polled —
+        # and any worker whose node's Lease went silent: its answer tells a node that is up
+        # (its kubelet alone is not) from a lost one (policy.lost_node_action).
+        silent = {node for node, t in p.troubles.items() if t.reason == HEARTBEAT_STALE}
+        running = [w for w in running if w.index == 0 or w.node in silent]
+    workers = tuple((w.index, w.ip) for w in running)
     if not workers:
         return None
     # The port the group's pods were created with (health.progressPort may have been edited

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from multiworker.clients.heartbeats import Heartbeats
 from multiworker.clients.informer import Key, Store
 from multiworker.clients.kube import Cluster, Created, PodDeletion, Refused
 
@@ -25,6 +26,7 @@ class View:
     job_store: Store
     pod_store: Store
     node_store: Store
+    heartbeats: Heartbeats = field(default_factory=Heartbeats)
     # Our latest status write of a job, and every version our writes replaced since the cache
     # last caught up: two quick writes leave the cache two versions behind, and it must not
     # read as news (a pass on it would write against a stale version and loop on 409s).
@@ -66,6 +68,9 @@ class View:
 
     def cached_nodes(self) -> list[Manifest]:
         return [node for key in self.node_store if (node := self.node_store.get(key))]
+
+    def heartbeat_silence(self, node: str) -> float | None:
+        return self.heartbeats.silence(node)
 
     # writes: straight to the API server
     def patch_job_status(self, namespace: str, name: str, status: Manifest,

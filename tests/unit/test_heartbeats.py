@@ -1,0 +1,51 @@
+"""Node heartbeats timed by the operator's clock as their Lease events arrive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from multiworker.clients.heartbeats import Heartbeats, slim_lease
+
+
+def lease(node: str, renewed: str, version: str = "1") -> dict[str, Any]:
+    return slim_lease({"metadata": {"name": node, "namespace": "kube-node-lease",
+                                    "resourceVersion": version, "managedFields": [{}]},
+                       "spec": {"holderIdentity": node, "leaseDurationSeconds": 40,
+                                "renewTime": renewed}})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_silence_runs_from_the_last_renewal_seen_arriving_not_from_renew_time() -> None:
+    clock = Clock()
+    beats = Heartbeats(clock)
+    assert beats.silence("a") is None  # no Lease: nothing known, never "silent"
+    # Listed at start: renewed as far as the operator knows, whatever renewTime says (the
+    # node's clock may be an hour off).
+    assert beats.on_lease("ADDED", None, lease("a", "2020-01-01T00:00:00.000000Z")) == "a"
+    clock.now += 7
+    assert beats.silence("a") == 7
+    # A change that is not a renewal (its labels, say) does not count as one.
+    first = lease("a", "2020-01-01T00:00:00.000000Z")
+    assert beats.on_lease("MODIFIED", first, lease("a", "2020-01-01T00:00:00.000000Z", "2")) \
+        is None
+    assert beats.silence("a") == 7
+    clock.now += 6
+    assert beats.silent(["a", "b"], 12) == {"a"}
+    assert beats.on_lease("MODIFIED", first, lease("a", "2020-01-01T00:00:10.000000Z", "3")) \
+        == "a"
+    assert beats.silence("a") == 0 and beats.silent(["a"], 12) == set()
+    beats.on_lease("DELETED", first, None)
+    assert beats.silence("a") is None
+
+
+def test_a_lease_is_kept_small() -> None:
+    assert lease("a", "t") == {
+        "metadata": {"name": "a", "namespace": "kube-node-lease", "resourceVersion": "1"},
+        "spec": {"renewTime": "t"}}

@@ -7,9 +7,12 @@ other tests' jobs. Cluster-scoped leftovers are removed by `helm uninstall` in a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -336,3 +339,59 @@ def test_ha_exactly_one_replica_acts_and_says_so(
     says = f"{holder} holds its Lease multiworker-operator): this instance waits"
     wait_for(lambda: says in release.kubectl("logs", standby).stdout, 30, interval=1,
              describe=f"the standby {standby} to log that it waits")
+
+
+def host_pids(pod: str) -> list[int]:
+    """The processes of `pod`'s operator container (tini and the operator), as this host sees
+    them (the local cluster's containers are this machine's processes): by POD_NAME, which the
+    chart sets."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"POD_NAME={pod}".encode() in environ and b"multiworker-operator" in cmdline:
+            found.append(int(entry.name))
+    assert found, f"no operator process of {pod} on this host"
+    return found
+
+
+@pytest.mark.usefixtures("images")
+def test_ha_a_frozen_leader_is_replaced_by_the_standby(
+    release: Release, jobs: Jobs, tmp_path: Path, cluster: Cluster
+) -> None:
+    """The chart's defaults (2 replicas): the holder's process stops dead (SIGSTOP: its node
+    froze) and the standby takes the Lease over and acts — a worker deleted meanwhile is
+    replaced by a new group; the old holder, continued, acts no more."""
+    if cluster.kind != "local":
+        pytest.skip("the operator's processes are this host's on the local cluster only")
+    release.install({"watchNamespaces": [release.namespace]}, tmp_path)
+    release.wait_rolled_out()
+    pods = set(release.pod_names())
+    assert len(pods) == 2
+    jobs.apply(job("takeover", "exec sleep 3600", workers=2))
+    jobs.wait_phase("takeover", "Running", timeout=60)
+    holder = wait_for(release.lease_holder, 30, interval=1, describe="a Lease holder")
+    (standby,) = pods - {holder}
+    pids = host_pids(holder)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        frozen = time.monotonic()
+        wait_for(lambda: release.lease_holder() == standby, 60, interval=0.5,
+                 describe=f"the standby {standby} to take the Lease over")
+        took = time.monotonic() - frozen
+        jobs.kubectl("delete", "pod", "takeover-worker-1", "--wait=false")
+        jobs.wait("takeover", "a new group made by the standby",
+                  lambda s: s if s.get("groupGeneration") == 1 else None, timeout=60)
+        print(f"\nleader frozen -> standby holds the Lease in {took:.1f}s; new group "
+              f"{time.monotonic() - frozen:.1f}s after the freeze")
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):  # the kubelet may have killed it
+                os.kill(pid, signal.SIGCONT)
+    assert release.lease_holder() == standby

@@ -104,7 +104,7 @@ def test_default_is_cluster_wide_with_leader_election(tmp_path: Path) -> None:
     assert not [a for a in args if a.startswith(("--namespace", "--peering"))]
     assert {"--kube-api-qps=100", "--kube-api-burst=500", "--request-timeout=30"} <= set(args)
     deployment = one(objs, "Deployment")
-    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"] == {"type": "RollingUpdate"}
     env = {e["name"]: e for e in container(objs)["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
@@ -254,12 +254,39 @@ def test_scheduling_values_reach_the_pod(tmp_path: Path) -> None:
     values = {
         "nodeSelector": {"role": "system"},
         "tolerations": [{"key": "system", "operator": "Exists", "effect": "NoSchedule"}],
-        "affinity": {"nodeAffinity": {}},
+        "nodeLossTolerationSeconds": None,
+        "affinity": {"nodeAffinity": {"x": 1}},
         "priorityClassName": "system-cluster-critical",
     }
     pod = one(template(tmp_path, values), "Deployment")["spec"]["template"]["spec"]
     for key, value in values.items():
-        assert pod[key] == value
+        if key != "nodeLossTolerationSeconds":
+            assert pod[key] == value
+
+
+def test_by_default_a_lost_node_costs_the_operator_a_lease_takeover_not_minutes(
+    tmp_path: Path,
+) -> None:
+    """Two replicas, preferably on different nodes and away from training pods; each evicted
+    30 s after its node turns NotReady or unreachable (Kubernetes' default is 300 s)."""
+    pod_spec = one(template(tmp_path), "Deployment")["spec"]
+    assert pod_spec["replicas"] == 2
+    pod = pod_spec["template"]["spec"]
+    assert {(t["key"], t["effect"], t["tolerationSeconds"]) for t in pod["tolerations"]} == {
+        ("node.kubernetes.io/not-ready", "NoExecute", 30),
+        ("node.kubernetes.io/unreachable", "NoExecute", 30)}
+    terms = [t["podAffinityTerm"] for t in
+             pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]]
+    assert terms[0]["labelSelector"]["matchLabels"] == \
+        pod_spec["selector"]["matchLabels"]
+    assert terms[1]["labelSelector"]["matchExpressions"][0]["key"] == names.LABEL_JOB_NAME
+    assert {t["topologyKey"] for t in terms} == {"kubernetes.io/hostname"}
+    # The user's own choices replace the defaults.
+    mine = one(template(tmp_path, {"replicaCount": 1, "nodeLossTolerationSeconds": None,
+                                   "affinity": {"nodeAffinity": {"x": 1}}}),
+               "Deployment")["spec"]
+    assert mine["replicas"] == 1 and "tolerations" not in mine["template"]["spec"]
+    assert mine["template"]["spec"]["affinity"] == {"nodeAffinity": {"x": 1}}
 
 
 def test_schema_rejects_typos_and_bad_values(tmp_path: Path) -> None:

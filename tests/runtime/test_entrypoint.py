@@ -22,6 +22,8 @@ def main(ctx):
         raise runtime.CollectiveAborted("collective aborted (UnavailableError): boom")
     if outcome == "preempted":
         raise runtime.Preempted("SIGTERM on 1 worker(s)")
+    if outcome == "superseded":
+        raise runtime.Superseded("superseded: generation 3 of this job claimed it")
     if outcome == "bug":
         raise ValueError("a bug in the script")
     print("tensorflow imported:", "tensorflow" in sys.modules)
@@ -48,6 +50,7 @@ def run_script(outcome: str, **env: str) -> subprocess.CompletedProcess[str]:
         ("peers", 3, "peers not resolvable: w-1:2222 (exit 3)"),
         ("collective", 4, "collective aborted (UnavailableError): boom (exit 4)"),
         ("preempted", 143, "SIGTERM on 1 worker(s) (exit 143)"),
+        ("superseded", 5, "WARNING [worker 0/1] superseded: generation 3 of this job claimed it"),
         ("bug", 1, "ValueError: a bug in the script"),
     ],
 )
@@ -106,3 +109,19 @@ def test_a_worker_that_finishes_leaves_its_final_report_as_its_termination_messa
     assert final is not None, message
     assert (final.step, final.epoch, final.loss) == (300, 20, 0.05)
     assert "peers" not in message and len(message) < 1024
+
+
+def test_a_superseded_trainer_leaves_its_reason_as_its_termination_message(
+    tmp_path: Path,
+) -> None:
+    script = SCRIPT.replace("runtime.run(main)", (
+        "import multiworker.runtime.exits as exits\n"
+        f"exits.TERMINATION_LOG = {str(tmp_path / 'termination-log')!r}\n"
+        "runtime.run(main)"))
+    (tmp_path / "termination-log").write_text("")
+    result = subprocess.run([sys.executable, "-c", script, "superseded"], check=False,
+                            env={"MWJ_PROGRESS_PORT": "0", "PATH": "/usr/bin:/bin"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 5, result.stderr
+    assert (tmp_path / "termination-log").read_text() == (
+        "superseded: generation 3 of this job claimed it (exit 5)")

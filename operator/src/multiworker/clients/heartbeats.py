@@ -42,7 +42,7 @@ class Heartbeats:
         """Records a renewal (a Lease listed or added counts as renewed now); the node's name
         when this was one, else None."""
         lease = new or old or {}
-        node = (lease.get("metadata") or {}).get("name", "")
+        node = str((lease.get("metadata") or {}).get("name", ""))
         with self._lock:
             if new is None:
                 self._seen.pop(node, None)

@@ -9,7 +9,7 @@ A training script::
         strategy = runtime.make_strategy(ctx)   # MWMS with failure detection; 3 on timeout
         with strategy.scope():
             model = build_and_compile()
-        runtime.fit(ctx, model, dataset, epochs=5, steps_per_epoch=100)  # resume, 4 / 143
+        runtime.fit(ctx, model, dataset, epochs=5, steps_per_epoch=100)  # resume, 4/5/143
         runtime.save_model(ctx, model, "/out/model.keras")
 
     runtime.run(main)                           # config (exit 2), /progress, exit codes
@@ -33,6 +33,7 @@ from multiworker.runtime.errors import (
     PeersUnreachable,
     Preempted,
     RuntimeFailure,
+    Superseded,
 )
 from multiworker.runtime.peers import wait_for_peers
 
@@ -55,6 +56,7 @@ __all__ = [
     "Preempted",
     "RuntimeConfig",
     "RuntimeFailure",
+    "Superseded",
     "WorkerContext",
     "fit",
     "load_config",

@@ -5,9 +5,10 @@ Every worker must take part in a save (TF requires it: saving distributed variab
 collectives), but only the chief (worker 0) writes to the real path; the others write to a
 local temp dir that is deleted right away (the `_is_chief` / write_filepath pattern of TF's
 multi-worker Keras tutorial). All workers restore from the chief's MWJ_CHECKPOINT_DIR, so it
-must be storage every worker can read; `fit` checks that they all restored the same step.
-The chief records the job's identity beside its checkpoints (ownership.py), so that no job
-restores another's state by accident.
+must be storage every worker can read; `fit` checks that they all see it and found the same
+step. The chief records the job's identity beside its checkpoints (ownership.py), so that no
+job restores another's state by accident, and no save starts once a newer generation of the
+job claimed the directory (fence.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import tempfile
 import keras
 import tensorflow as tf
 
+from multiworker.runtime import fence
+from multiworker.runtime.agreement import stop_if_superseded
 from multiworker.runtime.config import RuntimeConfig
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.ownership import JobIdentity, restore_source, write_identity
@@ -42,6 +45,7 @@ class CheckpointStore:
             self._checkpoint, self._write_dir, max_to_keep=KEEP_CHECKPOINTS
         )
         self._identity_written = False
+        self._fence = fence.own_fence(config)
         self.last_saved_step = 0
 
     def find(self) -> tuple[str | None, int]:
@@ -54,7 +58,7 @@ class CheckpointStore:
     def restore(self, source: str | None) -> int:
         """Loads `source` (from find()); returns the restored step (0 if none). Builds the
         optimizer's slots under the strategy first, which runs collectives: call it only once
-        every worker agreed on the step (training._check_same_restore)."""
+        every worker agreed on the step (agreement.check_same_directory_and_step)."""
         if source is None:
             return 0
         with self._model.distribute_strategy.scope():
@@ -66,8 +70,11 @@ class CheckpointStore:
         return self.last_saved_step
 
     def save(self) -> int:
-        """Saves on every worker (call it on all of them at the same step); returns the step."""
+        """Saves on every worker (call it on all of them at the same step); returns the step.
+        Raises Superseded instead when a newer generation claimed the directory (fence.py)."""
         step = step_of(self._model)
+        newer = fence.check(self._directory, self._fence, reclaim=self._config.is_chief)
+        stop_if_superseded(self._model.distribute_strategy, self._config, newer, step)
         if self._config.is_chief and not self._identity_written:
             write_identity(self._directory, JobIdentity.of(self._config))
             self._identity_written = True

@@ -21,6 +21,7 @@ from multiworker.api.contract import (
     MWJ_JOB_NAME,
     MWJ_JOB_NAMESPACE,
     MWJ_JOB_UID,
+    MWJ_NODE_NAME,
     MWJ_NUM_WORKERS,
     MWJ_PEER_TIMEOUT_SECONDS,
     MWJ_PROGRESS_PORT,
@@ -68,6 +69,8 @@ class RuntimeConfig:
     job_uid: str = ""
     resume_from_dir: str | None = None
     """Another run's checkpoint directory this job may restore from on purpose."""
+    node_name: str | None = None
+    """The node this pod runs on (MWJ_NODE_NAME); None when unknown (outside Kubernetes)."""
 
     @property
     def num_workers(self) -> int:
@@ -107,6 +110,7 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
         job_namespace=environ.get(MWJ_JOB_NAMESPACE, ""),
         job_uid=environ.get(MWJ_JOB_UID, ""),
         resume_from_dir=environ.get(MWJ_RESUME_FROM_DIR) or None,
+        node_name=environ.get(MWJ_NODE_NAME) or None,
         worker_index=task_index,
         peers=peers,
         restart_count=_integer(environ, MWJ_RESTART_COUNT, 0, 0, None, problems) or 0,

@@ -23,7 +23,8 @@ def run(
     main: Callable[[WorkerContext], None], environ: Mapping[str, str] | None = None
 ) -> NoReturn:
     """Loads the config (exit 2), serves /progress, calls `main`, and exits with its outcome:
-    0 done, 3/4/143 for the runtime's failures; any other exception keeps its traceback, exit 1.
+    0 done, 2/3/4/5/143 for the runtime's failures; any other exception keeps its traceback,
+    exit 1.
     """
     try:
         config = load_config(os.environ if environ is None else environ)
@@ -52,7 +53,7 @@ def run(
         main(context)
     except RuntimeFailure as e:
         context.progress.set_phase(Phase.FAILED)
-        clean = e.exit_code == ExitCode.PREEMPTED  # a requested stop, not a failure
+        clean = e.exit_code in _STOPS
         log.log(logging.WARNING if clean else logging.ERROR, "%s (exit %d)", e, e.exit_code)
         write_termination_message(f"{e} (exit {e.exit_code:d})")
         exit_now(e.exit_code)
@@ -67,6 +68,8 @@ def run(
     raise SystemExit(ExitCode.DONE)
 
 
+# Stops the group was asked for (SIGTERM, a newer generation), not failures: logged as warnings.
+_STOPS = frozenset({ExitCode.PREEMPTED, ExitCode.SUPERSEDED})
 # What the final report leaves out: the start-up's business, not the end's.
 _NOT_FINAL = frozenset({"peers", "software"})
 

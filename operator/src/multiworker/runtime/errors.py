@@ -15,6 +15,7 @@ __all__ = [
     "PeersUnreachable",
     "Preempted",
     "RuntimeFailure",
+    "Superseded",
 ]
 
 
@@ -51,3 +52,11 @@ class Preempted(RuntimeFailure):
     """SIGTERM reached the group; every worker checkpointed and stops."""
 
     exit_code = ExitCode.PREEMPTED
+
+
+class Superseded(RuntimeFailure):
+    """A newer generation of the job claimed MWJ_CHECKPOINT_DIR (fence.py): this trainer's
+    group was already replaced, so it stops without saving rather than overwrite the newer
+    group's checkpoints."""
+
+    exit_code = ExitCode.SUPERSEDED

@@ -11,16 +11,15 @@ MWJ_CHECKPOINT_DIR, another launcher, files copied in), and `MWJ_RESUME_FROM_DIR
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from multiworker.api.contract import MWJ_CHECKPOINT_DIR, MWJ_RESUME_FROM_DIR
 from multiworker.runtime.config import RuntimeConfig
 from multiworker.runtime.errors import ConfigError
+from multiworker.runtime.files import read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +48,7 @@ class JobIdentity:
 def read_identity(directory: str) -> JobIdentity | None:
     """The identity recorded in `directory`, or None when there is none or it is unreadable."""
     try:
-        with open(os.path.join(directory, IDENTITY_FILE), encoding="utf-8") as f:
-            fields = json.load(f)
+        fields = read_json(os.path.join(directory, IDENTITY_FILE))
         return JobIdentity(str(fields["name"]), str(fields["namespace"]), str(fields["uid"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -58,12 +56,7 @@ def read_identity(directory: str) -> JobIdentity | None:
 
 def write_identity(directory: str, identity: JobIdentity) -> None:
     """Records `identity` in `directory` atomically (a crash never leaves half a file)."""
-    os.makedirs(directory, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{IDENTITY_FILE}.", dir=directory)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(asdict(identity), f)
-        f.write("\n")
-    os.replace(temp, os.path.join(directory, IDENTITY_FILE))
+    write_json(os.path.join(directory, IDENTITY_FILE), asdict(identity))
 
 
 def restore_source(config: RuntimeConfig, latest: LatestCheckpoint) -> str | None:

@@ -10,12 +10,12 @@ import keras
 import tensorflow as tf
 
 from multiworker.runtime.aborts import describe_abort
+from multiworker.runtime.agreement import check_same_directory_and_step, enter_directory
 from multiworker.runtime.callbacks import CheckpointCallback, PreemptionCallback, ProgressCallback
 from multiworker.runtime.checkpoint import CheckpointStore
-from multiworker.runtime.collective import sum_over_workers
 from multiworker.runtime.config import MWJ_CHECKPOINT_DIR, RuntimeConfig
 from multiworker.runtime.context import WorkerContext
-from multiworker.runtime.errors import CollectiveAborted, ConfigError
+from multiworker.runtime.errors import CollectiveAborted
 from multiworker.runtime.inputs import distribute
 from multiworker.runtime.progress import Phase
 from multiworker.runtime.resume import plan_segments
@@ -48,7 +48,9 @@ def fit(
     on purpose from MWJ_RESUME_FROM_DIR (another job's checkpoint otherwise exits 2, see
     ownership.py); checkpoints every `checkpoint_every_steps` steps (None: each epoch),
     reports progress, and on SIGTERM checkpoints and raises Preempted (exit 143). A collective
-    failure raises CollectiveAborted (exit 4). `dataset` must yield batches indefinitely (e.g.
+    failure raises CollectiveAborted (exit 4). A checkpoint directory that not every worker
+    sees exits 2 at start; a newer generation's claim on it raises Superseded (exit 5) at start
+    or before a save (agreement.py). `dataset` must yield batches indefinitely (e.g.
     `.repeat()`); one iterator over it serves the whole run (inputs.py).
     """
     try:
@@ -68,14 +70,20 @@ def _fit(
     callbacks: Sequence[keras.callbacks.Callback],
 ) -> None:
     config = context.config
+    strategy = model.distribute_strategy
+    # Before the store reads the directory: claim it for this generation (the fence) and look
+    # for every worker's marker (agreement.py).
+    directory = config.checkpoint_dir
+    view = enter_directory(strategy, config, directory) if directory else None
     store = _store(model, config)
-    # Agree on the step first: restoring builds the optimizer's slots under the strategy, which
-    # may run collectives (broadcasts) on a worker that found a checkpoint and not on one that
-    # found none; run before the check, the two could meet in different collectives (the abort
+    # Agree on the directory and the step before any collective that may differ between
+    # workers: restoring builds the optimizer's slots under the strategy, which may run
+    # collectives (broadcasts) on a worker that found a checkpoint and not on one that found
+    # none; run before the check, the two could meet in different collectives (the abort
     # "expected type 1 and data_type 1 but got type 0 and data_type 9" seen on kind) instead of
     # the check naming the unshared volume.
     source, found = store.find() if store else (None, 0)
-    _check_same_restore(model.distribute_strategy, config, found)
+    check_same_directory_and_step(strategy, config, found, view)
     restored = store.restore(source) if store else 0
     segments = plan_segments(restored, steps_per_epoch, epochs)
     if restored:
@@ -88,13 +96,11 @@ def _fit(
     all_callbacks = [
         ProgressCallback(context.progress, epochs),
         *([CheckpointCallback(store, context.progress, checkpoint_every_steps)] if store else []),
-        PreemptionCallback(
-            model.distribute_strategy, context.stop, store, context.progress, config.num_workers
-        ),
+        PreemptionCallback(strategy, context.stop, store, context.progress, config.num_workers),
         *callbacks,
     ]
     context.progress.set_phase(Phase.TRAINING)
-    data = distribute(model.distribute_strategy, dataset)  # one iterator for all segments
+    data = distribute(strategy, dataset)  # one iterator for all segments
     for segment in segments:
         model.fit(
             data,
@@ -113,20 +119,3 @@ def _store(model: keras.Model, config: RuntimeConfig) -> CheckpointStore | None:
         return None
     return CheckpointStore(model, config, config.checkpoint_dir)
 
-
-def _check_same_restore(
-    strategy: tf.distribute.Strategy, config: RuntimeConfig, step: int
-) -> None:
-    """Workers that restored different steps would train diverging replicas silently.
-    Equal sums of x and x**2 over workers hold only if every worker has the same x. The first
-    collective of a run: nothing else may run before it (see _fit)."""
-    n = config.num_workers
-    if sum_over_workers(strategy, [step, step**2]) != [n * step, n * step**2]:
-        raise ConfigError(
-            [
-                f"{MWJ_CHECKPOINT_DIR}: workers found different checkpoints (worker "
-                f"{config.worker_index} found step {step} in {config.checkpoint_dir}); the "
-                "directory must be storage shared by all workers (ReadWriteMany; on kind, the "
-                "folder every node mounts), not node-local"
-            ]
-        )

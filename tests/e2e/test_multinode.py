@@ -5,6 +5,7 @@ CLUSTER=kind (hack/kind/up.sh: two worker nodes, one checkpoint directory shared
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -112,15 +113,70 @@ def test_lost_node_restarts_the_group_on_the_remaining_node_as_a_disruption(
     status = jobs.wait_running(name, generation=1, timeout=600)
     seconds = time.monotonic() - stopped
     record_property("figure: node stop -> new group Running (s)", round(seconds, 1))
+    print(f"\nnode {victim} frozen -> new group Running in {seconds:.1f}s: "
+          f"{status['lastFailure']['message']}")
 
     assert status["disruptions"] == before["disruptions"] + 1, status
     assert status["restarts"] == before["restarts"], status
     failure = status["lastFailure"]
     assert failure["worker"] in lost_workers and failure["action"] == "RestartGroupWithoutCounting", failure
+    # Found by its silent Lease (renewed every 10 s), not by NotReady 50 s later.
+    assert f"node {victim} last renewed its Lease at" in failure["message"], failure
     assert set(placement(jobs, name, 1).values()) == {survivor}
+    # The node comes back while the new group trains: nothing on it may read as lost now.
+    cluster.docker("unpause", victim)
+    paused_nodes.remove(victim)
+    wait_node_ready(cluster, victim)
     final = jobs.wait_phase(name, "Succeeded", timeout=600)
     assert final["restarts"] == 0 and final["disruptions"] == 1, final
     assert (final.get("progress") or {}).get("resumedFromStep", 0) > 0, final
+
+
+@pytest.fixture
+def node_local_claim(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """A claim bound to a hostPath volume on each node's own disk (not the folder every kind
+    node mounts): what kind's `standard` class or a ReadWriteOnce volume gives a group spread
+    over nodes. Each node sees only what its own workers wrote."""
+    name = f"mwj-local-{namespace}"[:63]
+    volume = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+              "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                       "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                       "claimRef": {"namespace": namespace, "name": "node-local"},
+                       "hostPath": {"path": f"/var/local/{name}", "type": "DirectoryOrCreate"}}}
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": "node-local"},
+             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                      "resources": {"requests": {"storage": "1Gi"}}}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(volume))
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(claim))
+    yield "node-local"
+    cluster.kubectl("delete", "pv", name, "--wait=false", check=False)
+
+
+def test_a_checkpoint_volume_local_to_each_node_is_named_at_start_and_spends_no_restart(
+    jobs: Jobs, node_local_claim: str, worker_nodes: list[str], record_property: Any,
+) -> None:
+    """Two workers on two nodes, each seeing its own node's directory: the workers' start-up
+    markers do not cross, so the group stops at once with exit 2 naming the volume (the
+    example's onExitCodes fail the job on 2) — no training, no restart spent."""
+    name = "unshared"
+    manifest = spread_job(name, 2, restartPolicy={
+        "backoffSeconds": 1, "onExitCodes": [{"action": "FailJob", "values": [2]}]})
+    manifest["spec"]["checkpoint"] = {"claimName": node_local_claim}
+    jobs.apply(manifest)
+    jobs.wait_running(name, generation=0, timeout=300)
+    running = time.monotonic()
+    status = jobs.wait_phase(name, "Failed", timeout=300)
+    seconds = time.monotonic() - running
+    record_property("figure: group Running -> Failed naming the volume (s)", round(seconds, 1))
+    print(f"\nunshared volume: Running -> Failed in {seconds:.1f}s: "
+          f"{status['lastFailure']['message']}")
+    assert len(set(placement(jobs, name, 0).values())) == 2
+    failure = status["lastFailure"]
+    assert failure["exitCode"] == 2, failure
+    assert "is not shared by all workers" in failure["message"], failure
+    assert any(node in failure["message"] for node in worker_nodes), failure
+    assert status["restarts"] == 0 and status["disruptions"] == 0, status
 
 
 @pytest.fixture

@@ -522,3 +522,32 @@ def test_a_node_whose_lease_went_silent_restarts_the_group_before_it_turns_notre
     step(cluster, seconds=6)
     assert cluster.status.get("disruptions", 0) == 1, cluster.events
     assert "node node-1 last renewed its Lease at" in cluster.status["lastFailure"]["message"]
+
+
+@pytest.mark.parametrize("reported", [True, False])
+def test_pods_on_a_lost_node_are_force_deleted_at_once_only_where_the_fence_guards(
+    reported: bool,
+) -> None:
+    """A node lost with its kubelet: no one will stop its pods, so the new group waits for
+    their force-delete. Where the workers run the runtime (they reported progress) with
+    checkpoints, the fence stops a trainer that still runs there from saving, and the pods go
+    at once; a script of its own is given its grace period and 30 s more, as before."""
+    cluster = started(health={"nodeLostSeconds": 20},
+                      checkpoint={"claimName": "ckpt"})
+    if reported:
+        assert cluster.job is not None
+        cluster.job["status"]["progress"] = {"step": 40, "lastCheckpointStep": 40}
+    cluster.silences["node-1"] = 25.0
+    step(cluster)  # the group restarts
+    assert cluster.status.get("disruptions", 0) == 1, cluster.events
+    step(cluster)  # its pods are deleted (grace 30 s)
+    step(cluster)
+    forced = [m for _, r, m in cluster.events if r == "StalePodForceDeleted"]
+    if reported:
+        assert len(forced) == 3 and not cluster.pods.keys() - set(cluster.created_pods[3:])
+        assert "its node is lost and the job's checkpoints are fenced" in forced[0]
+    else:
+        assert forced == [] and all("deletionTimestamp" in cluster.pods[n]["metadata"]
+                                    for n in PODS)
+        step(cluster, seconds=61)  # grace and 30 s more
+        assert len([r for _, r, _ in cluster.events if r == "StalePodForceDeleted"]) == 3

@@ -252,6 +252,11 @@ def _lost(trouble: NodeTrouble, now: datetime, grace: timedelta) -> bool:
     return trouble.since is not None and now - trouble.since >= grace
 
 
+def node_lost(spec: MultiWorkerJobSpec, trouble: NodeTrouble, now: datetime) -> bool:
+    """Whether `trouble` has lasted spec.health.nodeLostSeconds (a deleted node at once)."""
+    return _lost(trouble, now, timedelta(seconds=spec.health.node_lost_seconds))
+
+
 def lost_nodes(spec: MultiWorkerJobSpec, group: ObservedGroup,
                troubles: Mapping[str, NodeTrouble], now: datetime,
                health: GroupHealth | None = None) -> set[str]:

@@ -33,6 +33,7 @@ from multiworker.decide.policy import (
     hang_action,
     lost_node_deadline,
     lost_nodes,
+    node_lost,
     startup_deadline,
     success_action,
 )
@@ -135,7 +136,11 @@ def delete_stale_pods(p: Pass) -> Flow:
     read it (the status is written before the pods of a new generation exist): write nothing.
     A stale pod that outlives its grace period is force-deleted only when its node is gone or
     unreachable — a live kubelet is still stopping it, and the old chief may still be writing
-    its checkpoint.
+    its checkpoint. On a node already lost (nodeLostSeconds of trouble), a job whose workers
+    run the multiworker runtime (they reported progress) with checkpoints does not wait out
+    the grace period: no kubelet there will stop the pod, and the runtime's fence keeps a
+    trainer that still runs (a partitioned node) from saving once the new group claims the
+    directory (docs/contracts.md).
     """
     if any(pod.generation is not None and pod.generation > p.status.group_generation
            for pod in p.group.stale):
@@ -143,6 +148,7 @@ def delete_stale_pods(p: Pass) -> Flow:
         p.wake_in(1)
         return Flow.DONE
     ns, deletions = p.job.namespace, []
+    fenced = p.job.spec.checkpoint is not None and p.status.progress is not None
     for pod in p.group.stale:
         if pod.deletion is None:
             p.log.info("deleting %s of generation %s", pod.name, pod.generation)
@@ -150,13 +156,17 @@ def delete_stale_pods(p: Pass) -> Flow:
             continue
         due = pod.deletion + FORCE_DELETE_AFTER
         trouble = p.troubles.get(pod.node)
-        if trouble is not None and p.now >= due:
+        at_once = fenced and trouble is not None and node_lost(p.job.spec, trouble, p.now)
+        if trouble is not None and (p.now >= due or at_once):
             trouble = _reread_troubles(p, {pod.node}).get(pod.node)
-        if trouble is None or p.now < due:
+            at_once = fenced and trouble is not None and node_lost(p.job.spec, trouble, p.now)
+        if trouble is None or (p.now < due and not at_once):
             p.wake_at(due if trouble is not None else None)
             continue
-        message = (f"force-deleting {pod.name} of generation {pod.generation}: its grace "
-                   f"period ended and {trouble.describe()}, so no kubelet will stop it")
+        why = ("its node is lost and the job's checkpoints are fenced" if p.now < due
+               else "its grace period ended")
+        message = (f"force-deleting {pod.name} of generation {pod.generation}: {why}, and "
+                   f"{trouble.describe()}, so no kubelet will stop it")
         p.log.warning("%s", message)
         p.emit(Reason.STALE_POD_FORCE_DELETED, message)
         deletions.append(PodDeletion(ns, pod.name, pod.uid, grace=0))

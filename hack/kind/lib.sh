@@ -22,6 +22,9 @@ kubeconfig=$state/kind-kubeconfig
 # One host directory in every node at the same path: hostPath volumes under it are shared by
 # pods on different nodes (the e2e checkpoint volumes; real clusters use a ReadWriteMany class).
 shared_dir=${MW_KIND_SHARED_DIR:-/var/lib/multiworker/kind-shared}
+# examples/checkpoint-pvc.yaml's hostPath: one host folder behind it on every node, so the
+# example's checkpoints are shared by workers on different nodes here as on one local node.
+example_checkpoints=/var/lib/multiworker/example-checkpoints
 
 # The private engine: only started when no Docker engine answers. Its images (the node image)
 # live in the cache and survive `down`; sockets, pid and log live under /run.

@@ -63,6 +63,8 @@ EOF
   extraMounts:
   - hostPath: $shared_dir
     containerPath: $shared_dir
+  - hostPath: $shared_dir/example-checkpoints
+    containerPath: $example_checkpoints
 EOF
   done
   cat <<EOF
@@ -102,7 +104,7 @@ healthy_nodes() {
   done
 }
 
-mkdir -p "$state" "$shared_dir"
+mkdir -p "$state" "$shared_dir" "$shared_dir/example-checkpoints"
 config=$state/kind-config.yaml
 render_config > "$config.new"
 if cluster_exists; then

@@ -36,7 +36,8 @@ def example_claim(cluster: Cluster, jobs: Jobs) -> Any:
     """examples/checkpoint-pvc.yaml in the test namespace, its volume renamed for the test."""
     volume, claim = example("checkpoint-pvc.yaml")
     volume["metadata"]["name"] = f"mwj-example-{jobs.namespace}"[:63]
-    volume["spec"]["hostPath"]["path"] = f"/var/lib/multiworker/e2e/{jobs.namespace}-example"
+    # Under the folder every node sees alike (kind: several nodes), like the example's own.
+    volume["spec"]["hostPath"]["path"] = f"{cluster.shared_dir}/e2e/{jobs.namespace}-example"
     volume["spec"]["persistentVolumeReclaimPolicy"] = "Delete"
     claim["spec"]["volumeName"] = volume["metadata"]["name"]
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(volume))

@@ -71,6 +71,9 @@ class FakeCluster:
     def heartbeat_silence(self, node: str) -> float | None:
         return self.silences.get(node)
 
+    def silent_nodes(self) -> set[str]:
+        return {node for node, seconds in self.silences.items() if seconds >= 12}
+
     def cached_all_pods(self) -> list[Manifest]:
         return [copy.deepcopy(p) for p in self.pods.values()]
 

@@ -429,3 +429,16 @@ def test_the_earliest_trouble_of_a_node_is_the_one_that_counts() -> None:
     assert earliest(status, silent) is silent and earliest(None, status) is status
     gone = node_trouble("b", None)
     assert earliest(silent, gone) is gone and earliest(None, None) is None
+
+
+def test_a_worker_bound_to_a_node_whose_lease_is_already_silent_is_lost_with_it() -> None:
+    """The scheduler takes a silent node for Ready (NotReady comes ~50 s later): a pod bound
+    there after the silence began never starts, and the binding proves nothing."""
+    spec = make_spec(health={"nodeLostSeconds": 20})
+    pods = group(PodBuilder(0).running().on_node("a"),
+                 PodBuilder(1).running().scheduled(45).on_node("b"), workers=2)
+    trouble = heartbeat_trouble("b", 30, at(60))  # last renewal at 30
+    assert trouble is not None
+    action = failure_action(spec, JobStatus(), pods, group_started=True, now=at(60),
+                            troubles={"b": trouble})
+    assert action.kind is ActionKind.RESTART_GROUP_UNCOUNTED, action

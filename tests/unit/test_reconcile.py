@@ -546,6 +546,14 @@ def test_pods_on_a_lost_node_are_force_deleted_at_once_only_where_the_fence_guar
     if reported:
         assert len(forced) == 3 and not cluster.pods.keys() - set(cluster.created_pods[3:])
         assert "its node is lost and the job's checkpoints are fenced" in forced[0]
+        # The node still looks Ready to the scheduler: the new group must not go there.
+        step(cluster)
+        assert cluster.status["groupGeneration"] == 1 and len(cluster.pods) == 3
+        for pod in cluster.pods.values():
+            terms = pod["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            assert terms == [{"matchFields": [
+                {"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}]}]
     else:
         assert forced == [] and all("deletionTimestamp" in cluster.pods[n]["metadata"]
                                     for n in PODS)

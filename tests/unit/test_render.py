@@ -209,3 +209,28 @@ def test_headless_service() -> None:
     assert service["spec"]["selector"] == {"multiworker.dev/job-name": "demo"}
     assert service["spec"]["ports"][0]["port"] == 3000
     assert service["metadata"]["ownerReferences"][0]["uid"] == job.uid
+
+
+def test_a_group_avoids_nodes_whose_lease_went_silent_in_every_required_term() -> None:
+    """Required node-affinity terms are ORed: the exclusion must be in each, or a template's
+    own term would let the pod onto the silent node."""
+    job = make_job()
+    bare = render_worker_pod(job, 0, 1, owner_reference(job), avoid_nodes=["n1", "n2"])
+    assert bare["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]}]}]
+    zones = [{"matchExpressions": [{"key": "zone", "operator": "In", "values": [z]}]}
+             for z in ("a", "b")]
+    job = make_job(template={"spec": {"containers": [{"name": "tensorflow", "image": "w"}],
+                                      "affinity": {"nodeAffinity": {
+                                          "requiredDuringSchedulingIgnoredDuringExecution": {
+                                              "nodeSelectorTerms": zones}}}}})
+    pod = render_worker_pod(job, 0, 1, owner_reference(job), avoid_nodes=["n1"])
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert [t["matchExpressions"][0]["values"] for t in terms] == [["a"], ["b"]]
+    assert all(t["matchFields"] == [{"key": "metadata.name", "operator": "NotIn",
+                                     "values": ["n1"]}] for t in terms)
+    plain = render_worker_pod(job, 0, 1, owner_reference(job))  # nothing silent: as written
+    assert plain["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == zones

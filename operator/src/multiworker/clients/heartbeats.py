@@ -58,11 +58,13 @@ class Heartbeats:
             seen = self._seen.get(node)
         return None if seen is None else max(0.0, self._clock() - seen)
 
-    def silent(self, nodes: Iterable[str], seconds: float) -> set[str]:
-        """Those of `nodes` whose Lease has not been seen renewed for `seconds` or more."""
+    def silent(self, nodes: Iterable[str] | None, seconds: float) -> set[str]:
+        """Those of `nodes` (None: every node with a Lease) whose Lease has not been seen
+        renewed for `seconds` or more."""
         now = self._clock()
         with self._lock:
-            return {n for n in nodes if (seen := self._seen.get(n)) is not None
+            names = self._seen if nodes is None else nodes
+            return {n for n in names if (seen := self._seen.get(n)) is not None
                     and now - seen >= seconds}
 
 

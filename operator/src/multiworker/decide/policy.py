@@ -217,8 +217,9 @@ def _workers_in_trouble(group: ObservedGroup, troubles: Mapping[str, NodeTrouble
                         health: GroupHealth | None = None
                         ) -> list[tuple[WorkerState, NodeTrouble]]:
     """Started workers with the trouble of their node — unless the pod was bound after that
-    trouble began (the scheduler saw the node back by then, and the operator's copy of the
-    node is older than the pod's: a returning node, the pod and node watches out of step), or
+    trouble (NotReady, unreachable) began (the scheduler saw the node back by then, and the
+    operator's copy of the node is older than the pod's: a returning node, the pod and node
+    watches out of step), or
     the trouble is a silent Lease and the worker answered a poll made since (the node is up;
     its kubelet alone is not)."""
     found = []
@@ -226,8 +227,9 @@ def _workers_in_trouble(group: ObservedGroup, troubles: Mapping[str, NodeTrouble
         trouble = troubles.get(worker.node) if worker.node else None
         if trouble is None:
             continue
-        if trouble.since is not None and worker.scheduled_at is not None and \
-                worker.scheduled_at > trouble.since:
+        # Not for a silent Lease: the node still looks Ready to the scheduler then.
+        if trouble.reason != HEARTBEAT_STALE and trouble.since is not None and \
+                worker.scheduled_at is not None and worker.scheduled_at > trouble.since:
             continue
         if trouble.reason == HEARTBEAT_STALE and \
                 _answered_since(health, group.generation, worker.index, trouble.since):

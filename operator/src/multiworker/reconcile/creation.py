@@ -57,8 +57,14 @@ def ensure_workers(p: Pass) -> Flow:
     owner = owner_reference(p.job)
     if not _prepared(p, owner, gang):
         return Flow.CONTINUE if p.status.completion_time is None else Flow.DONE
+    # Nodes whose Lease went silent look Ready to the scheduler for ~50 s more: a new group
+    # placed there (after a lost node's pods were force-deleted) would never start.
+    avoid = sorted(p.cluster.silent_nodes())
+    if avoid:
+        p.log.info("placing the group away from nodes with a silent Lease: %s", ", ".join(avoid))
     pods = [render_worker_pod(p.job, w.index, s.group_generation, owner,
-                              image=s.pinned_image, gpu_product=s.gpu_product)
+                              image=s.pinned_image, gpu_product=s.gpu_product,
+                              avoid_nodes=avoid)
             for w in missing]
     if gang:
         fields = gang_pod_fields(p.job, s.group_generation)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import posixpath
+from collections.abc import Sequence
 from typing import Any
 
 from multiworker.api import contract, names
@@ -151,9 +152,11 @@ def render_network_policy(job: Job, owner: Manifest, operator_namespace: str) ->
 
 
 def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
-                      image: str | None = None, gpu_product: str | None = None) -> Manifest:
+                      image: str | None = None, gpu_product: str | None = None,
+                      avoid_nodes: Sequence[str] = ()) -> Manifest:
     """Worker `index` of group `generation`, built from spec.template; `image` replaces the
-    training container's (a pinned digest), `gpu_product` selects nodes of one GPU model."""
+    training container's (a pinned digest), `gpu_product` selects nodes of one GPU model,
+    `avoid_nodes` are never chosen (added to every required node-affinity term)."""
     template = job.spec.template.as_dict()
     metadata = template.get("metadata") or {}
     pod_spec = copy.deepcopy(template["spec"])
@@ -172,6 +175,8 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
     if gpu_product is not None:
         pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}),
                                     PRODUCT_LABEL: gpu_product}
+    if avoid_nodes:
+        _avoid(pod_spec, avoid_nodes)
     trainer.setdefault("terminationMessagePolicy", _TERMINATION_MESSAGE_POLICY)
     if job.spec.checkpoint is not None:
         _mount_checkpoint(pod_spec, trainer, job.spec.checkpoint.claim_name,
@@ -192,6 +197,16 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
         },
         "spec": pod_spec,
     }
+
+
+def _avoid(pod_spec: Manifest, nodes: Sequence[str]) -> None:
+    """Terms of requiredDuringScheduling are ORed: the exclusion goes into each of them."""
+    not_in = {"key": "metadata.name", "operator": "NotIn", "values": list(nodes)}
+    affinity = pod_spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    required["nodeSelectorTerms"] = [
+        {**term, "matchFields": [*term.get("matchFields", []), not_in]} for term in terms]
 
 
 def _mount_checkpoint(

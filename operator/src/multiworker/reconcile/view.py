@@ -13,6 +13,7 @@ from typing import Any
 from multiworker.clients.heartbeats import Heartbeats
 from multiworker.clients.informer import Key, Store
 from multiworker.clients.kube import Cluster, Created, PodDeletion, Refused
+from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS
 
 Manifest = dict[str, Any]
 
@@ -71,6 +72,10 @@ class View:
 
     def heartbeat_silence(self, node: str) -> float | None:
         return self.heartbeats.silence(node)
+
+    def silent_nodes(self) -> set[str]:
+        """Nodes whose Lease went silent: the scheduler still takes them for Ready."""
+        return self.heartbeats.silent(None, STALE_HEARTBEAT_SECONDS)
 
     # writes: straight to the API server
     def patch_job_status(self, namespace: str, name: str, status: Manifest,

@@ -320,21 +320,30 @@ def test_chart_rbac_is_enough_for_a_job_lifetime(
     assert not denied, "the operator was denied:\n" + "\n".join(denied)
 
 
+def ha_holder(release: Release, jobs: Jobs, tmp_path: Path, values: Obj, name: str,
+              workers: int) -> tuple[str, str]:
+    """Installs two replicas, runs job `name` and returns (Lease holder, standby)."""
+    release.install(values, tmp_path)
+    release.wait_rolled_out()
+    pods = set(release.pod_names())
+    assert len(pods) == 2
+    jobs.apply(job(name, "exec sleep 3600", workers=workers))
+    jobs.wait_phase(name, "Running", timeout=60)
+    holder = wait_for(release.lease_holder, 30, interval=1, describe="a Lease holder")
+    assert holder in pods
+    (standby,) = pods - {holder}
+    return holder, standby
+
+
 @pytest.mark.usefixtures("images")
 def test_ha_exactly_one_replica_acts_and_says_so(
     release: Release, jobs: Jobs, tmp_path: Path
 ) -> None:
     """Two replicas: the Lease holder handles the job; the other waits, says so in its log and
     exports 0 leading namespaces."""
-    release.install({"replicaCount": 2, "watchNamespaces": [release.namespace]}, tmp_path)
-    release.wait_rolled_out()
-    pods = set(release.pod_names())
-    assert len(pods) == 2
-    jobs.apply(job("ha", "exec sleep 3600", workers=1))
-    jobs.wait_phase("ha", "Running", timeout=60)
-    holder = wait_for(release.lease_holder, 30, interval=1, describe="a Lease holder")
-    assert holder in pods
-    (standby,) = pods - {holder}
+    holder, standby = ha_holder(
+        release, jobs, tmp_path, {"replicaCount": 2, "watchNamespaces": [release.namespace]},
+        "ha", workers=1)
     wait_for(lambda: release.pod_metric(holder, "multiworker_leading_namespaces") == 1, 30,
              interval=1, describe="the holder to export one leading namespace")
     assert release.pod_metric(standby, "multiworker_leading_namespaces") == 0
@@ -371,14 +380,9 @@ def test_ha_a_frozen_leader_is_replaced_by_the_standby(
     replaced by a new group; the old holder, continued, acts no more."""
     if cluster.kind != "local":
         pytest.skip("the operator's processes are this host's on the local cluster only")
-    release.install({"watchNamespaces": [release.namespace]}, tmp_path)
-    release.wait_rolled_out()
-    pods = set(release.pod_names())
-    assert len(pods) == 2
-    jobs.apply(job("takeover", "exec sleep 3600", workers=2))
-    jobs.wait_phase("takeover", "Running", timeout=60)
-    holder = wait_for(release.lease_holder, 30, interval=1, describe="a Lease holder")
-    (standby,) = pods - {holder}
+    # The chart's defaults: no replicaCount given.
+    holder, standby = ha_holder(release, jobs, tmp_path, {"watchNamespaces": [release.namespace]},
+                                "takeover", workers=2)
     pids = host_pids(holder)
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)

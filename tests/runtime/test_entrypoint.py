@@ -43,6 +43,19 @@ def run_script(outcome: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def run_with_termination_log(script: str, mode: str, tmp_path: Path
+                             ) -> subprocess.CompletedProcess[str]:
+    """Runs `script` in `mode` with the runtime's termination log at tmp_path/termination-log."""
+    script = script.replace("runtime.run(main)", (
+        "import multiworker.runtime.exits as exits\n"
+        f"exits.TERMINATION_LOG = {str(tmp_path / 'termination-log')!r}\n"
+        "runtime.run(main)"))
+    (tmp_path / "termination-log").write_text("")
+    return subprocess.run([sys.executable, "-c", script, mode], check=False,
+                          env={"MWJ_PROGRESS_PORT": "0", "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=60)
+
+
 @pytest.mark.parametrize(
     ("outcome", "code", "message"),
     [
@@ -95,14 +108,7 @@ def test_a_worker_that_finishes_leaves_its_final_report_as_its_termination_messa
     script = SCRIPT.replace('print("tensorflow imported:"',
                             'ctx.progress.step_done(300, 0.05); ctx.progress.epoch_done(20); '
                             'print("tensorflow imported:"')
-    script = script.replace("runtime.run(main)", (
-        "import multiworker.runtime.exits as exits\n"
-        f"exits.TERMINATION_LOG = {str(tmp_path / 'termination-log')!r}\n"
-        "runtime.run(main)"))
-    (tmp_path / "termination-log").write_text("")
-    result = subprocess.run([sys.executable, "-c", script, "done"], check=False,
-                            env={"MWJ_PROGRESS_PORT": "0", "PATH": "/usr/bin:/bin"},
-                            capture_output=True, text=True, timeout=60)
+    result = run_with_termination_log(script, "done", tmp_path)
     assert result.returncode == 0, result.stderr
     message = (tmp_path / "termination-log").read_text()
     final = final_progress(message)
@@ -114,14 +120,7 @@ def test_a_worker_that_finishes_leaves_its_final_report_as_its_termination_messa
 def test_a_superseded_trainer_leaves_its_reason_as_its_termination_message(
     tmp_path: Path,
 ) -> None:
-    script = SCRIPT.replace("runtime.run(main)", (
-        "import multiworker.runtime.exits as exits\n"
-        f"exits.TERMINATION_LOG = {str(tmp_path / 'termination-log')!r}\n"
-        "runtime.run(main)"))
-    (tmp_path / "termination-log").write_text("")
-    result = subprocess.run([sys.executable, "-c", script, "superseded"], check=False,
-                            env={"MWJ_PROGRESS_PORT": "0", "PATH": "/usr/bin:/bin"},
-                            capture_output=True, text=True, timeout=60)
+    result = run_with_termination_log(SCRIPT, "superseded", tmp_path)
     assert result.returncode == 5, result.stderr
     assert (tmp_path / "termination-log").read_text() == (
         "superseded: generation 3 of this job claimed it (exit 5)")

@@ -17,6 +17,7 @@ from multiworker.clients.kube import (
     RefusalKind,
     Refused,
 )
+from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS
 
 from tests.unit.builders import T0
 
@@ -72,7 +73,8 @@ class FakeCluster:
         return self.silences.get(node)
 
     def silent_nodes(self) -> set[str]:
-        return {node for node, seconds in self.silences.items() if seconds >= 12}
+        return {node for node, seconds in self.silences.items()
+                if seconds >= STALE_HEARTBEAT_SECONDS}
 
     def cached_all_pods(self) -> list[Manifest]:
         return [copy.deepcopy(p) for p in self.pods.values()]

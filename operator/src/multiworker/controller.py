@@ -155,8 +155,7 @@ class Controller:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        for informer in [*self.informers, *([self._lease_informer] if self._lease_informer
-                                            else [])]:
+        for informer in self._all_informers():
             informer.stop()
         if self.elector is not None:
             await self.elector.release_all()
@@ -167,9 +166,11 @@ class Controller:
         for key, started in self._in_pass.items():
             if now - started > STUCK_PASS_SECONDS:
                 return f"the pass over {key[0]}/{key[1]} has run for {now - started:.0f}s"
-        informers = [*self.informers, *([self._lease_informer] if self._lease_informer else [])]
-        dead = [i.path for i in informers if i.synced.is_set() and not i.alive]
+        dead = [i.path for i in self._all_informers() if i.synced.is_set() and not i.alive]
         return f"informers stopped: {', '.join(dead)}" if dead else None
+
+    def _all_informers(self) -> list[Informer]:
+        return [*self.informers, *([self._lease_informer] if self._lease_informer else [])]
 
     def _informer(self, path: str, store: Store, listener: Callable[..., None],
                   namespace: str | None, selector: str | None,

@@ -219,9 +219,8 @@ def _workers_in_trouble(group: ObservedGroup, troubles: Mapping[str, NodeTrouble
     """Started workers with the trouble of their node — unless the pod was bound after that
     trouble (NotReady, unreachable) began (the scheduler saw the node back by then, and the
     operator's copy of the node is older than the pod's: a returning node, the pod and node
-    watches out of step), or
-    the trouble is a silent Lease and the worker answered a poll made since (the node is up;
-    its kubelet alone is not)."""
+    watches out of step), or the trouble is a silent Lease and the worker answered a poll made
+    since (the node is up; its kubelet alone is not)."""
     found = []
     for worker in group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING):
         trouble = troubles.get(worker.node) if worker.node else None
@@ -263,9 +262,8 @@ def lost_nodes(spec: MultiWorkerJobSpec, group: ObservedGroup,
                troubles: Mapping[str, NodeTrouble], now: datetime,
                health: GroupHealth | None = None) -> set[str]:
     """The nodes that make a worker lost now (the operator reads them again before acting)."""
-    grace = timedelta(seconds=spec.health.node_lost_seconds)
     return {w.node for w, t in _workers_in_trouble(group, troubles, health)
-            if _lost(t, now, grace)}
+            if node_lost(spec, t, now)}
 
 
 def lost_node_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup,

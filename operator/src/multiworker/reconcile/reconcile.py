@@ -156,11 +156,11 @@ def delete_stale_pods(p: Pass) -> Flow:
             continue
         due = pod.deletion + FORCE_DELETE_AFTER
         trouble = p.troubles.get(pod.node)
-        at_once = fenced and trouble is not None and node_lost(p.job.spec, trouble, p.now)
-        if trouble is not None and (p.now >= due or at_once):
+        def at_once(trouble: NodeTrouble | None) -> bool:
+            return fenced and trouble is not None and node_lost(p.job.spec, trouble, p.now)
+        if trouble is not None and (p.now >= due or at_once(trouble)):
             trouble = _reread_troubles(p, {pod.node}).get(pod.node)
-            at_once = fenced and trouble is not None and node_lost(p.job.spec, trouble, p.now)
-        if trouble is None or (p.now < due and not at_once):
+        if trouble is None or (p.now < due and not at_once(trouble)):
             p.wake_at(due if trouble is not None else None)
             continue
         why = ("its node is lost and the job's checkpoints are fenced" if p.now < due
@@ -262,8 +262,7 @@ def _reread_troubles(p: Pass, node_names: set[str]) -> Mapping[str, NodeTrouble]
     """Reads `node_names` from the API (not the cache) into p.troubles, before acting on them."""
     troubles = dict(p.troubles)
     for node in node_names - {""}:
-        trouble = earliest(node_trouble(node, p.cluster.get_node(node)),
-                           heartbeat_trouble(node, p.cluster.heartbeat_silence(node), p.now))
+        trouble = _trouble(p.cluster, node, p.cluster.get_node(node), p.now)
         if trouble is None:
             troubles.pop(node, None)
         else:
@@ -277,11 +276,17 @@ def _troubles(cluster: ClusterIO, node_names: set[str], now: datetime
     """The nodes' trouble as cached: their status and taints, or a Lease gone silent."""
     found = {}
     for node in node_names - {""}:
-        trouble = earliest(node_trouble(node, cluster.cached_node(node)),
-                           heartbeat_trouble(node, cluster.heartbeat_silence(node), now))
+        trouble = _trouble(cluster, node, cluster.cached_node(node), now)
         if trouble is not None:
             found[node] = trouble
     return found
+
+
+def _trouble(cluster: ClusterIO, node: str, manifest: Manifest | None, now: datetime
+             ) -> NodeTrouble | None:
+    """What began first: trouble in the node object (`manifest`), or its Lease gone silent."""
+    return earliest(node_trouble(node, manifest),
+                    heartbeat_trouble(node, cluster.heartbeat_silence(node), now))
 
 
 def _clean_finished_pods(p: Pass) -> None:

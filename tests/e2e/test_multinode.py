@@ -1,13 +1,16 @@
 """What only a cluster with several nodes can show, with real TensorFlow worker pods: a group
-spread over two nodes training through the pod network, the loss of a node mid-training, and a
-worker port blocked between nodes. Deselected on the single-node local cluster; run with
-CLUSTER=kind (hack/kind/up.sh: two worker nodes, one checkpoint directory shared by both)."""
+spread over two nodes training through the pod network; a node frozen, stopped with the
+operator's leader on it, or cut off from the control plane mid-training, and its return; an
+unshared checkpoint volume; a worker port blocked between nodes. Deselected on the single-node
+local cluster; run with CLUSTER=kind (hack/kind/up.sh: two worker nodes, one checkpoint
+directory shared by both)."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +18,12 @@ import pytest
 from tests.cluster import Cluster
 from tests.e2e.test_recovery import tf_job, wait_checkpointed
 from tests.integration.jobs import Jobs, condition, generation_of
+from tests.integration.test_helm import Release
 from tests.support import wait_for
 
-pytestmark = [pytest.mark.multinode, pytest.mark.usefixtures("worker_image", "operator")]
+# Most tests run the operator as a process beside the cluster (the `operator` fixture); those
+# about the operator's own node install the chart into the cluster instead (`release`).
+pytestmark = [pytest.mark.multinode, pytest.mark.usefixtures("worker_image")]
 
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -61,6 +67,7 @@ def wait_node_ready(cluster: Cluster, node: str, timeout: float = 240) -> None:
     wait_for(ready, timeout, describe=f"node {node} Ready again")
 
 
+@pytest.mark.usefixtures("operator")
 def test_four_workers_on_two_nodes_train_through_the_pod_network(
     jobs: Jobs, checkpoint_claim: str, worker_nodes: list[str]
 ) -> None:
@@ -75,29 +82,80 @@ def test_four_workers_on_two_nodes_train_through_the_pod_network(
     assert (status.get("progress") or {}).get("step", 0) > 0, status
 
 
+class Outages:
+    """Node outages a test causes; each ended (and its node Ready again) afterwards, pass or
+    fail."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._ends: dict[str, Callable[[], object]] = {}
+
+    def freeze(self, node: str) -> None:
+        """`docker pause`: kubelet, containers and their sockets stop dead (a hung node)."""
+        self.cluster.docker("pause", node)
+        self._ends[node] = lambda: self.cluster.docker("unpause", node, check=False)
+
+    def stop(self, node: str) -> None:
+        """`docker stop`: the node powers off; its containers die with it."""
+        self.cluster.docker("stop", node)
+        self._ends[node] = lambda: self.cluster.docker("start", node, check=False)
+
+    def cut_off(self, node: str) -> None:
+        """DROP everything between the node (its kubelet and its pods) and the control plane's
+        addresses, both families: the node and its pods run on and still reach the other nodes,
+        but neither the API server nor the control plane's controllers hear from it."""
+        rules = []
+        for tool, address in zip(("iptables", "ip6tables"), self._control_plane(), strict=True):
+            if address:
+                for chain in ("OUTPUT", "FORWARD"):
+                    rules.append((tool, chain, "-d", address, "-j", "DROP"))
+        for tool, *rule in rules:
+            self.cluster.docker("exec", node, tool, "-I", *rule)
+
+        def end() -> None:
+            for tool, *rule in rules:
+                self.cluster.docker("exec", node, tool, "-D", *rule, check=False)
+        self._ends[node] = end
+
+    def end(self, node: str) -> None:
+        self._ends.pop(node)()
+
+    def end_all(self) -> None:
+        nodes = list(self._ends)
+        for node in nodes:
+            self.end(node)
+        for node in nodes:
+            wait_node_ready(self.cluster, node)
+
+    def _control_plane(self) -> tuple[str, str]:
+        out = self.cluster.docker(
+            "inspect", "multiworker-control-plane", "-f",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{.GlobalIPv6Address}}{{end}}",
+        ).stdout.split()
+        return out[0], out[1] if len(out) > 1 else ""
+
+
 @pytest.fixture
-def paused_nodes(cluster: Cluster) -> Iterator[list[str]]:
-    """Node containers a test pauses; resumed (and Ready again) afterwards, pass or fail."""
-    paused: list[str] = []
-    yield paused
-    for node in paused:
-        cluster.docker("unpause", node, check=False)
-    for node in paused:
-        wait_node_ready(cluster, node)
+def outages(cluster: Cluster) -> Iterator[Outages]:
+    found = Outages(cluster)
+    yield found
+    found.end_all()
 
 
 @pytest.mark.timeout(1800)
+@pytest.mark.usefixtures("operator")
 def test_lost_node_restarts_the_group_on_the_remaining_node_as_a_disruption(
     cluster: Cluster, jobs: Jobs, checkpoint_claim: str, worker_nodes: list[str],
-    paused_nodes: list[str], record_property: Any,
+    outages: Outages, record_property: Any,
 ) -> None:
     """`docker pause` freezes a worker node whole (kubelet, containers, their sockets): to the
     cluster it is a node that stopped answering. The collective timeout (also TensorFlow's
     heartbeat timeout) is set far above the expected detection time, so it is the operator's
     handling of the lost node, not the workers' own abort, that restarts the group. The node
-    without the chief is the one lost, so no old chief can write checkpoints meanwhile."""
+    without the chief is the one lost, so no old chief can write checkpoints meanwhile. A
+    5 s freeze first is a heartbeat gap, which restarts nothing."""
     name = "nodeloss"
-    jobs.apply(spread_job(name, 4, env={"TRAIN_EPOCHS": "12"},
+    jobs.apply(spread_job(name, 4, env={"TRAIN_EPOCHS": "14"},
                           health={"collectiveTimeoutSeconds": 1200}))
     jobs.wait_running(name, generation=0, timeout=300)
     wait_checkpointed(jobs, name)
@@ -107,12 +165,18 @@ def test_lost_node_restarts_the_group_on_the_remaining_node_as_a_disruption(
     survivor = nodes[0]
     lost_workers = sorted(i for i, n in nodes.items() if n == victim)
 
-    cluster.docker("pause", victim)
-    paused_nodes.append(victim)
+    outages.freeze(victim)
+    time.sleep(5)
+    outages.end(victim)
+    time.sleep(25)  # past nodeLostSeconds (20) from the last renewal before the gap
+    gap = jobs.status(name)
+    assert gap["groupGeneration"] == 0 and gap["disruptions"] == before["disruptions"], gap
+
+    outages.freeze(victim)
     stopped = time.monotonic()
     status = jobs.wait_running(name, generation=1, timeout=600)
     seconds = time.monotonic() - stopped
-    record_property("figure: node stop -> new group Running (s)", round(seconds, 1))
+    record_property("figure: node frozen -> new group Running (s)", round(seconds, 1))
     print(f"\nnode {victim} frozen -> new group Running in {seconds:.1f}s: "
           f"{status['lastFailure']['message']}")
 
@@ -124,10 +188,130 @@ def test_lost_node_restarts_the_group_on_the_remaining_node_as_a_disruption(
     assert f"node {victim} last renewed its Lease at" in failure["message"], failure
     assert set(placement(jobs, name, 1).values()) == {survivor}
     # The node comes back while the new group trains: nothing on it may read as lost now.
-    cluster.docker("unpause", victim)
-    paused_nodes.remove(victim)
+    outages.end(victim)
     wait_node_ready(cluster, victim)
     final = jobs.wait_phase(name, "Succeeded", timeout=600)
+    assert final["restarts"] == 0 and final["disruptions"] == 1, final
+    assert (final.get("progress") or {}).get("resumedFromStep", 0) > 0, final
+
+
+def install_in_cluster(release: Release, tmp_path: Path) -> dict[str, str]:
+    """The chart with its defaults (two replicas, apart), watching the test's namespace only;
+    returns operator pod -> node."""
+    release.install({"watchNamespaces": [release.namespace]}, tmp_path)
+    release.wait_rolled_out()
+    pods = json.loads(release.kubectl(
+        "get", "pods", "-l", f"app.kubernetes.io/instance={release.name}", "-o", "json").stdout)
+    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods["items"]}
+
+
+def first_new_step(jobs: Jobs, name: str, generation: int, timeout: float) -> dict[str, Any]:
+    """The status once generation `generation` reported a training step past its restore."""
+    def trained(s: dict[str, Any]) -> dict[str, Any] | None:
+        progress = s.get("progress") or {}
+        resumed = progress.get("resumedFromStep")
+        return s if s.get("groupGeneration") == generation and resumed is not None \
+            and (progress.get("step") or 0) > resumed else None
+    result: dict[str, Any] = jobs.wait(name, f"generation {generation} training", trained,
+                                       timeout)
+    return result
+
+
+@pytest.mark.timeout(1800)
+def test_the_node_running_the_operator_and_workers_stops_and_returns(
+    cluster: Cluster, jobs: Jobs, checkpoint_claim: str, worker_nodes: list[str],
+    outages: Outages, release: Release, tmp_path: Path, record_property: Any,
+) -> None:
+    """The chart's defaults (two replicas on different nodes, leader election) and a job with
+    `nodeLostSeconds: 10`: the node that runs the leading replica and half the workers is
+    stopped. The standby takes the Lease, finds the node's Lease silent and starts a new group
+    on the other node; the node is started again while it trains: Succeeded, no restart spent."""
+    operators = install_in_cluster(release, tmp_path)
+    assert len(set(operators.values())) == 2, f"both replicas on one node: {operators}"
+    name = "opnode"
+    jobs.apply(spread_job(name, 4, env={"TRAIN_EPOCHS": "14"},
+                          health={"collectiveTimeoutSeconds": 1200, "nodeLostSeconds": 10}))
+    jobs.wait_running(name, generation=0, timeout=300)
+    wait_checkpointed(jobs, name)
+    leader = wait_for(release.lease_holder, 60, interval=1, describe="a Lease holder")
+    victim = operators[leader]
+    nodes = placement(jobs, name, 0)
+    assert victim in nodes.values(), f"no worker on the leader's node {victim}: {nodes}"
+
+    outages.stop(victim)
+    stopped = time.monotonic()
+    status = jobs.wait_running(name, generation=1, timeout=600)
+    running = time.monotonic() - stopped
+    trained = first_new_step(jobs, name, 1, timeout=300)
+    first_step = time.monotonic() - stopped
+    record_property("figure: leader's node stopped -> new group Running (s)", round(running, 1))
+    record_property("figure: leader's node stopped -> first new training step (s)",
+                    round(first_step, 1))
+    print(f"\nnode {victim} (the leader's) stopped -> new group Running in {running:.1f}s, "
+          f"training in {first_step:.1f}s (resumed from step "
+          f"{trained['progress']['resumedFromStep']}): {status['lastFailure']['message']}")
+    new_leader = release.lease_holder()
+    assert new_leader != leader and operators.get(new_leader or "") != victim, new_leader
+    assert status["disruptions"] == 1 and status["restarts"] == 0, status
+    assert f"node {victim} last renewed its Lease at" in status["lastFailure"]["message"], status
+
+    outages.end(victim)
+    wait_node_ready(cluster, victim)
+    final = jobs.wait_phase(name, "Succeeded", timeout=600)
+    assert final["restarts"] == 0 and final["disruptions"] == 1, final
+    assert (final.get("progress") or {}).get("resumedFromStep", 0) > 0, final
+
+
+def containers_of(cluster: Cluster, node: str, pod_uids: set[str]) -> list[str]:
+    """Containers of the given pods that the node's runtime still runs."""
+    out = cluster.docker("exec", node, "crictl", "ps", "-o", "json", check=False).stdout
+    containers = json.loads(out or "{}").get("containers") or []
+    return [c["metadata"]["name"] for c in containers
+            if c.get("labels", {}).get("io.kubernetes.pod.uid") in pod_uids]
+
+
+@pytest.mark.timeout(1800)
+def test_a_node_cut_off_from_the_control_plane_is_replaced_and_its_workers_stop_on_return(
+    cluster: Cluster, jobs: Jobs, checkpoint_claim: str, worker_nodes: list[str],
+    outages: Outages, release: Release, tmp_path: Path, record_property: Any,
+) -> None:
+    """A partition: the node without the leader loses the control plane but not its peers.
+    Its Lease goes silent while its workers keep training and answering the operator's polls,
+    which explains the silence away — until the node controller calls the node unreachable
+    (~50 s): then nothing can stop or evict those pods, so the group restarts on the other
+    node, the old pods are force-deleted in the API (the checkpoint fence keeps their
+    trainers from saving), and when the node reconnects its kubelet stops them."""
+    operators = install_in_cluster(release, tmp_path)
+    name = "partition"
+    jobs.apply(spread_job(name, 4, env={"TRAIN_EPOCHS": "40"},
+                          health={"collectiveTimeoutSeconds": 1200}))
+    jobs.wait_running(name, generation=0, timeout=300)
+    wait_checkpointed(jobs, name)
+    leader = wait_for(release.lease_holder, 60, interval=1, describe="a Lease holder")
+    nodes = placement(jobs, name, 0)
+    victim = next(n for n in set(nodes.values()) if n != operators[leader])
+    old = {p["metadata"]["uid"] for p in jobs.pods(name) if p["spec"].get("nodeName") == victim}
+    assert old, f"no worker on {victim}: {nodes}"
+
+    outages.cut_off(victim)
+    cut = time.monotonic()
+    status = jobs.wait_running(name, generation=1, timeout=600)
+    seconds = time.monotonic() - cut
+    record_property("figure: node cut off -> new group Running (s)", round(seconds, 1))
+    print(f"\nnode {victim} cut off -> new group Running in {seconds:.1f}s: "
+          f"{status['lastFailure']['message']}")
+    assert status["disruptions"] == 1 and status["restarts"] == 0, status
+    # Its workers answered: the node was lost by the control plane's word, not its Lease.
+    assert f"node {victim} is unreachable since" in status["lastFailure"]["message"], status
+    assert victim not in placement(jobs, name, 1).values()
+    assert containers_of(cluster, victim, old), "the old workers should still run, cut off"
+
+    outages.end(victim)
+    wait_node_ready(cluster, victim)
+    wait_for(lambda: not containers_of(cluster, victim, old), 120, interval=2,
+             describe=lambda: f"the old workers on {victim} to stop: "
+                              f"{containers_of(cluster, victim, old)}")
+    final = jobs.wait_phase(name, "Succeeded", timeout=900)
     assert final["restarts"] == 0 and final["disruptions"] == 1, final
     assert (final.get("progress") or {}).get("resumedFromStep", 0) > 0, final
 
@@ -153,6 +337,7 @@ def node_local_claim(cluster: Cluster, namespace: str) -> Iterator[str]:
     cluster.kubectl("delete", "pv", name, "--wait=false", check=False)
 
 
+@pytest.mark.usefixtures("operator")
 def test_a_checkpoint_volume_local_to_each_node_is_named_at_start_and_spends_no_restart(
     jobs: Jobs, node_local_claim: str, worker_nodes: list[str], record_property: Any,
 ) -> None:
@@ -198,6 +383,7 @@ def blocked_port(cluster: Cluster, worker_nodes: list[str]) -> Iterator[tuple[st
             cluster.docker("exec", node, "iptables", "-D", *rule, check=False)
 
 
+@pytest.mark.usefixtures("operator")
 def test_port_blocked_between_nodes_fails_naming_the_unreachable_peer(
     jobs: Jobs, blocked_port: tuple[str, int]
 ) -> None:

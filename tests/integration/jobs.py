@@ -105,8 +105,13 @@ class Jobs:
                         describe=lambda: f"{what}\n{self.describe(name)}")
 
     def wait_phase(self, name: str, phase: str, timeout: float = 90) -> Obj:
-        result: Obj = self.wait(name, f"phase {phase}",
-                                lambda s: s if s.get("phase") == phase else None, timeout)
+        """Until the job is in `phase`; fails at once if it ends in another (it stays there)."""
+        def reached(status: Obj) -> Obj | None:
+            if status.get("phase") in TERMINAL and status.get("phase") != phase:
+                raise AssertionError(f"phase {phase} wanted, the job ended {status['phase']}\n"
+                                     f"{self.describe(name)}")
+            return status if status.get("phase") == phase else None
+        result: Obj = self.wait(name, f"phase {phase}", reached, timeout)
         return result
 
     def wait_running(self, name: str, generation: int = 0, timeout: float = 90) -> Obj:
@@ -115,6 +120,9 @@ class Jobs:
             lambda s: s if s.get("phase") == "Running"
             and s.get("groupGeneration") == generation else None, timeout)
         return result
+
+
+TERMINAL = ("Succeeded", "Failed")
 
 
 def condition(status: Obj, type_: str) -> Obj | None:

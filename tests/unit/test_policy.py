@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 from multiworker.api.status import JobStatus
-from multiworker.decide.nodes import earliest, heartbeat_trouble, node_trouble
+from multiworker.decide.nodes import combined, heartbeat_trouble, node_trouble
 from multiworker.decide.observe import ObservedGroup, observe_group
 from multiworker.decide.policy import (
     NO_ACTION,
@@ -205,6 +205,41 @@ def test_a_symptom_waits_briefly_for_the_failure_that_caused_it() -> None:
     alone = failure_action(spec, JobStatus(), symptom_only, group_started=True, now=at(15))
     assert alone.kind is ActionKind.RESTART_GROUP and alone.culprit is not None
     assert alone.culprit.worker == 2
+
+
+@pytest.mark.parametrize(("renewed_b", "now", "kind", "delay"), [
+    # node b renewed after the symptom: it is up, so the symptom is the job's (after 5 s;
+    # a counted restart backs off 1 s)
+    (11, 15, ActionKind.RESTART_GROUP, 1),
+    # b not seen renewing since the symptom: given one renewal interval and a margin (to 23)
+    (5, 15, ActionKind.WAIT, 8),
+    # b silent since 5, trouble from before the symptom: its loss broke the group
+    (5, 18, ActionKind.RESTART_GROUP_UNCOUNTED, 0),
+    # Leases not watched (no renewals known): as before, the symptom after 5 s
+    (None, 15, ActionKind.RESTART_GROUP, 1),
+])
+def test_a_symptom_is_a_disruption_when_a_peers_node_had_stopped_renewing_its_lease(
+    renewed_b: int | None, now: int, kind: ActionKind, delay: float
+) -> None:
+    """A node that powers off resets its workers' connections at once: the peers on healthy
+    nodes exit 4 (collective aborted) seconds before the dead node's Lease is missed, and
+    the pods on it never report anything. Blaming the symptom would spend a restart."""
+    spec = make_spec()
+    pods = group(PodBuilder(0).running().on_node("a"), PodBuilder(1).running().on_node("b"),
+                 PodBuilder(2).exited(4, finished=10).on_node("a"))
+    renewals = {"a": at(now - 1)}
+    troubles = {}
+    if renewed_b is not None:
+        renewals["b"] = at(renewed_b)
+        trouble = heartbeat_trouble("b", now - renewed_b, at(now))
+        troubles = {"b": trouble} if trouble else {}
+    action = failure_action(spec, JobStatus(), pods, group_started=True, now=at(now),
+                            troubles=troubles, renewals=renewals)
+    assert (action.kind, action.delay_seconds) == (kind, delay), action
+    if kind is ActionKind.RESTART_GROUP_UNCOUNTED:
+        assert action.culprit is not None and action.culprit.worker == 1
+        assert "worker-1 lost its node: node b last renewed its Lease at 12:00:05" in \
+            action.message
 
 
 @pytest.mark.parametrize(("spent", "kind", "delay"), [
@@ -426,9 +461,46 @@ def test_a_silent_lease_is_not_a_lost_node_while_the_worker_still_answers(
 def test_the_earliest_trouble_of_a_node_is_the_one_that_counts() -> None:
     status = node_trouble("b", UNREACHABLE_SINCE_30)
     silent = heartbeat_trouble("b", 50, at(70))  # last renewal at 20
-    assert earliest(status, silent) is silent and earliest(None, status) is status
+    assert silent is not None and status is not None
+    first = combined(status, silent)
+    assert first is not None and first.reason == "HeartbeatStale" and first.reported is status
+    later = heartbeat_trouble("b", 30, at(70))  # last renewal at 40
+    assert combined(status, later) is status and combined(status, None) is status
+    assert combined(None, silent) is silent and combined(None, None) is None
     gone = node_trouble("b", None)
-    assert earliest(silent, gone) is gone and earliest(None, None) is None
+    assert combined(gone, silent) is gone
+
+
+@pytest.mark.parametrize(("now", "restarts"), [
+    (55, False),  # silent since 10, the worker answers, the node still reported Ready
+    (69, False),  # NotReady since 50 (the node monitor's grace): not yet nodeLostSeconds long
+    (70, True),   # NotReady for nodeLostSeconds: lost, however well its worker trains
+])
+def test_a_partitioned_node_whose_workers_answer_is_lost_once_the_control_plane_says_so(
+    now: int, restarts: bool
+) -> None:
+    """A node cut off from the API server alone: its Lease goes silent but its worker answers
+    the operator's polls, which vetoes the silent Lease. The veto must not hide what the node
+    controller then reports: nothing can stop or evict pods there, so the group restarts."""
+    spec = make_spec(health={"nodeLostSeconds": 20})
+    pods = group(PodBuilder(0).running().on_node("a"),
+                 PodBuilder(1).running().scheduled(5).on_node("b"), workers=2)
+    not_ready = {"status": {"conditions": [
+        {"type": "Ready", "status": "Unknown", "lastTransitionTime": stamp(50)}]}}
+    reported = node_trouble("b", not_ready) if now >= 50 else None
+    trouble = combined(reported, heartbeat_trouble("b", now - 10, at(now)))
+    assert trouble is not None and trouble.reason == "HeartbeatStale"
+    health = GroupHealth(0, (WorkerTrack(0, answering=True), WorkerTrack(1, answering=True)),
+                         at(now - 1))
+    action = failure_action(spec, JobStatus(), pods, group_started=True, now=at(now),
+                            troubles={"b": trouble}, health=health)
+    assert (action.kind is ActionKind.RESTART_GROUP_UNCOUNTED) is restarts, action
+    # When to look again: never for the explained-away silence alone (it was due at 30 and
+    # would wake the job at once, again and again), at 70 once the node is reported.
+    deadline = lost_node_deadline(spec, pods, {"b": trouble}, health)
+    assert deadline == (at(70) if reported else None), deadline
+    if restarts:
+        assert "worker-1 lost its node: node b is unreachable since 12:00:50" in action.message
 
 
 def test_a_worker_bound_to_a_node_whose_lease_is_already_silent_is_lost_with_it() -> None:

@@ -12,7 +12,15 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from multiworker.clients.poller import MIN_SECONDS, Poller, asked_workers, poll_interval
+from multiworker.clients.poller import (
+    MIN_SECONDS,
+    JobPolls,
+    Poller,
+    _news_key,
+    asked_workers,
+    news,
+    poll_interval,
+)
 from multiworker.decide.progress import BadReport, Report, Targets, parse_report, track
 
 from tests.unit.test_progress import raw
@@ -149,6 +157,27 @@ def test_a_group_nobody_answered_is_asked_through_its_chief_until_someone_answer
     assert asked_workers(targets, unreadable) == targets.workers  # it answers: ask everyone
     without_chief = Targets(0, 8471, ((1, "10.0.0.2"), (2, "10.0.0.3")), False)
     assert asked_workers(without_chief, None) == without_chief.workers
+
+
+def test_a_worker_that_stops_answering_is_news_at_once() -> None:
+    """A silent node's Lease is explained away only while its workers answer: the pass must
+    look as soon as one stops (a worker that never answered yet is no news)."""
+    targets = Targets(0, 8471, ((0, "10.0.0.1"), (1, "10.0.0.2")), True)
+    now = datetime.now(UTC)
+
+    def report(index: int, step: int) -> Report | BadReport:
+        return parse_report(json.dumps(raw(index=index, step=step)).encode(), index, 0)
+    both = track(None, targets, {0: report(0, 5), 1: report(1, 5)}, now)
+    polls = JobPolls(targets, due=0.0, health=both)
+    polls.seen = (*_news_key(polls), now)
+    assert not news(polls)
+    polls.health = track(both, targets, {0: report(0, 5), 1: None}, now)
+    assert news(polls)
+    starting = track(None, targets, {0: report(0, 5), 1: None}, now)
+    polls = JobPolls(targets, due=0.0, health=starting)
+    polls.seen = (*_news_key(polls), now)
+    polls.health = track(starting, targets, {0: report(0, 5), 1: None}, now)
+    assert not news(polls)
 
 
 def test_a_paused_job_keeps_what_is_known_of_its_workers_and_resumes_with_the_next_pass() -> None:

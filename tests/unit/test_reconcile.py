@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from multiworker.api import names
 from multiworker.reconcile.context import Options
 from multiworker.reconcile.reconcile import Outcome, reconcile
 
@@ -520,6 +521,23 @@ def test_a_node_whose_lease_went_silent_restarts_the_group_before_it_turns_notre
     assert cluster.status.get("disruptions", 0) == 0
     cluster.silences["node-1"] = 21.0
     step(cluster, seconds=6)
+    assert cluster.status.get("disruptions", 0) == 1, cluster.events
+    assert "node node-1 last renewed its Lease at" in cluster.status["lastFailure"]["message"]
+
+
+def test_a_peer_aborting_as_its_node_powers_off_is_a_disruption_not_a_restart() -> None:
+    """worker-2 (node-2) exits 4 at once: its peers on node-1, which just powered off, reset
+    their connections. The pass waits for node-1 to renew its Lease; it does not, and once
+    silent it is the node's loss that broke the group."""
+    cluster = started(health={"nodeLostSeconds": 20})
+    cluster.pods[names.worker_name(cluster.job_name, 2)]["spec"]["nodeName"] = "node-2"
+    cluster.exit(2, 4)
+    cluster.silences.update({"node-1": 8.0, "node-2": 1.0})  # as of the next pass
+    step(cluster, seconds=6)  # past the collateral window; node-1 not seen since the exit
+    assert cluster.status.get("restarts", 0) == 0 and cluster.status.get("disruptions", 0) == 0
+    cluster.silences.update({"node-1": 14.0, "node-2": 3.0})
+    step(cluster, seconds=6)
+    assert cluster.status.get("restarts", 0) == 0, cluster.events
     assert cluster.status.get("disruptions", 0) == 1, cluster.events
     assert "node node-1 last renewed its Lease at" in cluster.status["lastFailure"]["message"]
 

@@ -72,8 +72,9 @@ class JobPolls:
     born: float = 0.0  # loop time its group was first polled
     health: GroupHealth | None = None
     paused: bool = False  # this instance does not lead the job's namespace right now
-    seen: tuple[tuple[int | None, ...], list[int], str | None, str, datetime | None] = (
-        (), [], None, "", None)  # what the last pass wrote: progress, stragglers, ..., when
+    seen: tuple[tuple[int | None, ...], list[int], str | None, str, list[int],
+                datetime | None] = ((), [], None, "", [], None)
+    # what the last pass saw: progress, stragglers, ..., workers gone silent; when
 
 
 @dataclass
@@ -221,25 +222,29 @@ def asked_workers(targets: Targets, health: GroupHealth | None) -> tuple[tuple[i
     return chief or targets.workers
 
 
-def _news_key(polls: JobPolls) -> tuple[tuple[int | None, ...], list[int], str | None, str]:
+def _news_key(polls: JobPolls
+              ) -> tuple[tuple[int | None, ...], list[int], str | None, str, list[int]]:
     t, health = polls.targets, polls.health
     return (progress_key(progress_of(health)), stragglers(health),
             inactive_reason(health, t.progress_timeout, t.port) and "inactive",
             ",".join(sorted({w.last_bad for w in health.workers if w.last_bad}))
-            if health else "")
+            if health else "",
+            [w.index for w in health.workers if w.report is not None and not w.answering]
+            if health else [])
 
 
 def news(polls: JobPolls) -> bool:
-    """Whether a pass should look now: a hang; a change of stragglers, of detection state or
-    of why reports are bad; or progress not yet written (the group's first report at once,
-    then at most every WRITE_SECONDS)."""
+    """Whether a pass should look now: a hang; a change of stragglers, of detection state, of
+    why reports are bad or of which workers stopped answering (a silent node's Lease is
+    explained away only while they answer); or progress not yet written (the group's first
+    report at once, then at most every WRITE_SECONDS)."""
     if polls.health is None:
         return False
     if find_stall(polls.health, polls.targets.progress_timeout):
         return True
-    progress, straggling, inactive, bad, written_at = polls.seen
+    progress, straggling, inactive, bad, gone_silent, written_at = polls.seen
     current = _news_key(polls)
-    if current[1:] != (straggling, inactive, bad):
+    if current[1:] != (straggling, inactive, bad, gone_silent):
         return True
     if current[0] in ((), progress):
         return False

@@ -9,7 +9,7 @@ one worker's node is gone, so the operator acts after spec.health.nodeLostSecond
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,9 +33,12 @@ class NodeTrouble:
     Gone, which counts at once)."""
 
     node: str
-    reason: str  # Gone, Unreachable, NotReady
+    reason: str  # Gone, Unreachable, NotReady, HeartbeatStale
     since: datetime | None
     message: str
+    # On a silent Lease: what the node object itself reports, which stands when the Lease's
+    # silence is explained away (its workers still answer: only the kubelet is cut off).
+    reported: NodeTrouble | None = None
 
     def describe(self) -> str:
         at = " at" if self.reason == HEARTBEAT_STALE else " since"
@@ -57,13 +60,17 @@ def heartbeat_trouble(name: str, silence: float | None, now: datetime) -> NodeTr
                        f"{KUBELET_RENEW_SECONDS:.0f}s")
 
 
-def earliest(*troubles: NodeTrouble | None) -> NodeTrouble | None:
-    """The trouble that began first (a deleted node first of all; unknown age last)."""
-    found = [t for t in troubles if t is not None]
-    if not found:
-        return None
-    return min(found, key=lambda t: (t.reason != "Gone", t.since is None,
-                                     t.since.timestamp() if t.since else 0.0))
+def combined(reported: NodeTrouble | None, silent: NodeTrouble | None) -> NodeTrouble | None:
+    """The trouble that began first: what the node object reports (a deleted node first of
+    all; unknown age last) or its Lease gone silent — the latter keeping the former."""
+    if silent is None:
+        return reported
+    if reported is None:
+        return silent
+    if reported.reason == "Gone" or (reported.since is not None and silent.since is not None
+                                     and reported.since <= silent.since):
+        return reported
+    return replace(silent, reported=reported)
 
 
 def node_trouble(name: str, node: Node | None) -> NodeTrouble | None:

@@ -18,13 +18,16 @@ from multiworker.api.contract import PEER_FAILURE_EXIT_CODES
 from multiworker.api.spec import ExitCodeAction, ImageSkewPolicy, MultiWorkerJobSpec, SuccessPolicy
 from multiworker.api.status import JobStatus
 from multiworker.decide.hang import Stall
-from multiworker.decide.nodes import HEARTBEAT_STALE, NodeTrouble
+from multiworker.decide.nodes import HEARTBEAT_STALE, STALE_HEARTBEAT_SECONDS, NodeTrouble
 from multiworker.decide.observe import EVICTED_FOR_USAGE, ObservedGroup, WorkerPhase, WorkerState
 from multiworker.decide.progress import GroupHealth
 
 # How long a symptom waits for the failure that caused it to show in the API: the kubelets
 # of two nodes report a pod's end a second or more apart.
 COLLATERAL_WINDOW = timedelta(seconds=5)
+# How long a symptom waits for a peer's node to prove itself up by renewing its Lease: once it
+# is this long silent it is trouble (nodes.heartbeat_trouble), and the symptom a disruption.
+NODE_PROOF_WINDOW = timedelta(seconds=STALE_HEARTBEAT_SECONDS + 1)
 # Waiting reasons that no amount of waiting fixes.
 FAIL_AT_ONCE_WAITING_REASONS = frozenset({"InvalidImageName"})
 _MAX_DOUBLINGS = 32
@@ -137,17 +140,28 @@ def backoff_seconds(base: int, cap: int, spent: int) -> int:
 def failure_action(
     spec: MultiWorkerJobSpec, status: JobStatus, group: ObservedGroup, *,
     group_started: bool, now: datetime, troubles: Mapping[str, NodeTrouble] | None = None,
-    health: GroupHealth | None = None,
+    health: GroupHealth | None = None, renewals: Mapping[str, datetime] | None = None,
 ) -> Action:
     """Restart the group, fail the job, wait, or nothing — for failed workers, workers on
-    lost nodes and stuck starts."""
+    lost nodes and stuck starts. `renewals`: when each node's Lease was last seen renewed.
+
+    A symptom alone (a worker whose collective aborted because a peer vanished) is the job's
+    failure only once its peers' nodes are known to be up: a node that powers off resets its
+    workers' connections at once, long before its Lease is missed. So a peer's node already in
+    trouble makes it a disruption, and a node not seen renewing since the symptom is given one
+    renewal interval to do so (NODE_PROOF_WINDOW)."""
     failures = failed_workers(group, group_started)
     if failures:
         worker = first_failure(failures)
-        if _is_symptom(worker) and worker.since is not None and now - worker.since < \
-                COLLATERAL_WINDOW:
-            wait = (worker.since + COLLATERAL_WINDOW - now).total_seconds()
-            return Action(ActionKind.WAIT, delay_seconds=wait)
+        if _is_symptom(worker) and worker.since is not None:
+            lost = _lost_before(group, troubles or {}, health, worker.since)
+            if lost is not None:
+                return disruption_action(spec, status, lost_node_culprit(*lost))
+            wait_until = worker.since + COLLATERAL_WINDOW
+            if _unproven_nodes(group, renewals or {}, worker.since):
+                wait_until = max(wait_until, worker.since + NODE_PROOF_WINDOW)
+            if now < wait_until:
+                return Action(ActionKind.WAIT, delay_seconds=(wait_until - now).total_seconds())
         return _on_failure(spec, status, worker)
     action = image_skew_action(spec, status, group)
     if action.kind is ActionKind.NONE:
@@ -213,6 +227,24 @@ def lost_node_action(spec: MultiWorkerJobSpec, status: JobStatus, group: Observe
     return NO_ACTION
 
 
+def _lost_before(group: ObservedGroup, troubles: Mapping[str, NodeTrouble],
+                 health: GroupHealth | None, moment: datetime
+                 ) -> tuple[WorkerState, NodeTrouble] | None:
+    """A worker whose node's trouble had begun by `moment` (a deleted node: any time)."""
+    for worker, trouble in _workers_in_trouble(group, troubles, health):
+        if trouble.reason == "Gone" or (trouble.since is not None and trouble.since <= moment):
+            return worker, trouble
+    return None
+
+
+def _unproven_nodes(group: ObservedGroup, renewals: Mapping[str, datetime],
+                    moment: datetime) -> bool:
+    """Whether a running worker's node has not been seen renewing its Lease since `moment`
+    (nodes whose Leases are not watched prove nothing either way)."""
+    return any(w.node in renewals and renewals[w.node] < moment
+               for w in group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING))
+
+
 def _workers_in_trouble(group: ObservedGroup, troubles: Mapping[str, NodeTrouble],
                         health: GroupHealth | None = None
                         ) -> list[tuple[WorkerState, NodeTrouble]]:
@@ -220,18 +252,20 @@ def _workers_in_trouble(group: ObservedGroup, troubles: Mapping[str, NodeTrouble
     trouble (NotReady, unreachable) began (the scheduler saw the node back by then, and the
     operator's copy of the node is older than the pod's: a returning node, the pod and node
     watches out of step), or the trouble is a silent Lease and the worker answered a poll made
-    since (the node is up; its kubelet alone is not)."""
+    since (the node is up; its kubelet alone is not) — then only what the node object reports
+    counts: a node the control plane calls NotReady is lost however well its pods train, since
+    nothing can stop or evict them there."""
     found = []
     for worker in group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING):
         trouble = troubles.get(worker.node) if worker.node else None
+        if trouble is not None and trouble.reason == HEARTBEAT_STALE and \
+                _answered_since(health, group.generation, worker.index, trouble.since):
+            trouble = trouble.reported
         if trouble is None:
             continue
         # Not for a silent Lease: the node still looks Ready to the scheduler then.
         if trouble.reason != HEARTBEAT_STALE and trouble.since is not None and \
                 worker.scheduled_at is not None and worker.scheduled_at > trouble.since:
-            continue
-        if trouble.reason == HEARTBEAT_STALE and \
-                _answered_since(health, group.generation, worker.index, trouble.since):
             continue
         found.append((worker, trouble))
     return found
@@ -267,10 +301,13 @@ def lost_nodes(spec: MultiWorkerJobSpec, group: ObservedGroup,
 
 
 def lost_node_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup,
-                       troubles: Mapping[str, NodeTrouble]) -> datetime | None:
-    """When the earliest worker on a troubled node counts as lost (to look again then)."""
+                       troubles: Mapping[str, NodeTrouble],
+                       health: GroupHealth | None = None) -> datetime | None:
+    """When the earliest worker on a troubled node counts as lost (to look again then). A
+    silent Lease explained away by an answering worker sets none: a poll that finds the
+    worker silent wakes the job (poller news), and so does the node object's next update."""
     grace = timedelta(seconds=spec.health.node_lost_seconds)
-    times = [t.since + grace for _, t in _workers_in_trouble(group, troubles)
+    times = [t.since + grace for _, t in _workers_in_trouble(group, troubles, health)
              if t.since is not None]
     return min(times) if times else None
 

@@ -25,7 +25,7 @@ from multiworker.api.spec import CleanPodPolicy
 from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus
 from multiworker.clients.kube import Conflict, Gone, PodDeletion
 from multiworker.decide.hang import find_stall
-from multiworker.decide.nodes import NodeTrouble, earliest, heartbeat_trouble, node_trouble
+from multiworker.decide.nodes import NodeTrouble, combined, heartbeat_trouble, node_trouble
 from multiworker.decide.observe import Classified, WorkerPhase, observe_group
 from multiworker.decide.policy import (
     ActionKind,
@@ -213,9 +213,10 @@ def failure_policy(p: Pass) -> Flow:
     action = failure_action(
         p.job.spec, p.status, p.group, group_started=p.status.group_start_time is not None,
         now=p.now, troubles=p.troubles, health=p.health,
+        renewals=_renewals(p) if p.group.with_phase(WorkerPhase.FAILED) else None,
     )
     if action.kind is ActionKind.NONE:
-        p.wake_at(lost_node_deadline(p.job.spec, p.group, p.troubles))
+        p.wake_at(lost_node_deadline(p.job.spec, p.group, p.troubles, p.health))
         return Flow.CONTINUE
     apply(p, action)
     return Flow.DONE if action.kind is not ActionKind.WAIT else Flow.CONTINUE
@@ -271,6 +272,18 @@ def _reread_troubles(p: Pass, node_names: set[str]) -> Mapping[str, NodeTrouble]
     return troubles
 
 
+def _renewals(p: Pass) -> dict[str, datetime]:
+    """When the nodes of the running workers were last seen renewing their Leases (the
+    operator's clock: now less the silence since the renewal arrived)."""
+    found: dict[str, datetime] = {}
+    for worker in p.group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING):
+        if worker.node and worker.node not in found:
+            silence = p.cluster.heartbeat_silence(worker.node)
+            if silence is not None:
+                found[worker.node] = p.now - timedelta(seconds=silence)
+    return found
+
+
 def _troubles(cluster: ClusterIO, node_names: set[str], now: datetime
               ) -> dict[str, NodeTrouble]:
     """The nodes' trouble as cached: their status and taints, or a Lease gone silent."""
@@ -285,7 +298,7 @@ def _troubles(cluster: ClusterIO, node_names: set[str], now: datetime
 def _trouble(cluster: ClusterIO, node: str, manifest: Manifest | None, now: datetime
              ) -> NodeTrouble | None:
     """What began first: trouble in the node object (`manifest`), or its Lease gone silent."""
-    return earliest(node_trouble(node, manifest),
+    return combined(node_trouble(node, manifest),
                     heartbeat_trouble(node, cluster.heartbeat_silence(node), now))
 
 

@@ -3,13 +3,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from multiworker.api.status import JobStatus
+from multiworker.api.status import FailureRecord, JobStatus
 from multiworker.decide.nodes import combined, heartbeat_trouble, node_trouble
 from multiworker.decide.observe import ObservedGroup, observe_group
 from multiworker.decide.policy import (
     NO_ACTION,
     ActionKind,
     backoff_seconds,
+    broken_group_grace,
     failure_action,
     lost_node_deadline,
     refused_start_action,
@@ -240,6 +241,24 @@ def test_a_symptom_is_a_disruption_when_a_peers_node_had_stopped_renewing_its_le
         assert action.culprit is not None and action.culprit.worker == 1
         assert "worker-1 lost its node: node b last renewed its Lease at 12:00:05" in \
             action.message
+
+
+@pytest.mark.parametrize(("reason", "code", "action", "generation", "own", "grace"), [
+    ("Error", 1, "RestartGroup", 0, 30, 3),          # a trainer failed: the collective is broken
+    ("Error", 1, "RestartGroup", 0, 1, 1),           # never longer than the pod's own
+    ("NodeLost", None, "RestartGroupWithoutCounting", 0, 30, 3),   # a peer's node is gone
+    ("Error", 1, "RestartGroup", 1, 30, None),       # another generation's failure
+    ("Evicted", None, "RestartGroupWithoutCounting", 0, 30, None),  # peers may save together
+    ("Error", 143, "RestartGroupWithoutCounting", 0, 30, None),     # onExitCodes: a disruption
+    ("ProgressStalled", None, "RestartGroup", 0, 30, None),  # a shared stall may still save
+])
+def test_a_group_that_ended_broken_is_deleted_with_a_short_grace_period(
+    reason: str, code: int | None, action: str, generation: int, own: int, grace: int | None
+) -> None:
+    failure = FailureRecord(worker=1, generation=generation, reason=reason, exit_code=code,
+                            message="", time=at(10), action=action)
+    assert broken_group_grace(failure, 0, own) == grace
+    assert broken_group_grace(None, 0, own) is None
 
 
 @pytest.mark.parametrize(("spent", "kind", "delay"), [

@@ -71,6 +71,10 @@ def test_worker_failure_restarts_the_whole_group_after_backoff() -> None:
     assert outcome.requeue == 0
     step(cluster)  # deletes generation 0 (all of it, not only worker-1)
     assert all("deletionTimestamp" in p["metadata"] for p in cluster.pods.values())
+    # Its collective is broken: no coordinated checkpoint to wait 30 s for, a few seconds
+    # for sidecars to flush.
+    assert [p["metadata"]["deletionGracePeriodSeconds"] for p in cluster.pods.values()] == \
+        [3, 3, 3]
     cluster.finish_deletions()
     step(cluster)
     assert cluster.pods == {}  # still in backoff
@@ -94,6 +98,9 @@ def test_deleted_pod_restarts_without_spending_the_budget() -> None:
     assert "restartAfter" not in status
     assert cluster.events[-1][1] == "WorkerDisrupted"
     step(cluster)
+    # The others are alive and may checkpoint together on SIGTERM: their own grace period.
+    assert [p["metadata"]["deletionGracePeriodSeconds"] for p in cluster.pods.values()] == \
+        [30, 30, 30]
     cluster.finish_deletions()
     step(cluster)
     assert cluster.generations() == dict.fromkeys(PODS, "1")  # no backoff
@@ -540,6 +547,31 @@ def test_a_peer_aborting_as_its_node_powers_off_is_a_disruption_not_a_restart() 
     assert cluster.status.get("restarts", 0) == 0, cluster.events
     assert cluster.status.get("disruptions", 0) == 1, cluster.events
     assert "node node-1 last renewed its Lease at" in cluster.status["lastFailure"]["message"]
+
+
+def test_pods_on_a_node_that_becomes_lost_after_the_restart_go_as_soon_as_it_does() -> None:
+    """A symptom restarts the group when node-1 is silent but not yet nodeLostSeconds long:
+    its fenced pods are force-deleted when it counts as lost (4 s later), not 3 + 30 s after
+    their deletion began."""
+    cluster = started(health={"nodeLostSeconds": 20}, checkpoint={"claimName": "ckpt"})
+    assert cluster.job is not None
+    cluster.job["status"]["progress"] = {"step": 40, "lastCheckpointStep": 40}
+    cluster.nodes["node-2"] = {**cluster.nodes["node-1"], "metadata": {"name": "node-2"}}
+    cluster.pods[names.worker_name(cluster.job_name, 2)]["spec"]["nodeName"] = "node-2"
+    cluster.exit(2, 4)
+    cluster.silences.update({"node-1": 14.0, "node-2": 1.0})
+    step(cluster)  # node-1 silent since before the exit: a disruption
+    assert cluster.status.get("disruptions", 0) == 1, cluster.events
+    cluster.silences["node-1"] = 15.0
+    step(cluster)  # deletes the old group
+    cluster.silences["node-1"] = 16.0
+    outcome = step(cluster)
+    assert not [r for _, r, _ in cluster.events if r == "StalePodForceDeleted"]
+    assert outcome.requeue is not None and outcome.requeue <= 4, outcome
+    cluster.silences["node-1"] = 20.0
+    step(cluster, seconds=4)
+    forced = [m for _, r, m in cluster.events if r == "StalePodForceDeleted"]
+    assert len(forced) == 2 and "its node is lost" in forced[0], forced
 
 
 @pytest.mark.parametrize("reported", [True, False])

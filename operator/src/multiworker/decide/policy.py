@@ -16,7 +16,7 @@ from enum import StrEnum
 from multiworker.api.conditions import Reason
 from multiworker.api.contract import PEER_FAILURE_EXIT_CODES
 from multiworker.api.spec import ExitCodeAction, ImageSkewPolicy, MultiWorkerJobSpec, SuccessPolicy
-from multiworker.api.status import JobStatus
+from multiworker.api.status import FailureRecord, JobStatus
 from multiworker.decide.hang import Stall
 from multiworker.decide.nodes import HEARTBEAT_STALE, STALE_HEARTBEAT_SECONDS, NodeTrouble
 from multiworker.decide.observe import EVICTED_FOR_USAGE, ObservedGroup, WorkerPhase, WorkerState
@@ -28,6 +28,11 @@ COLLATERAL_WINDOW = timedelta(seconds=5)
 # How long a symptom waits for a peer's node to prove itself up by renewing its Lease: once it
 # is this long silent it is trouble (nodes.heartbeat_trouble), and the symptom a disruption.
 NODE_PROOF_WINDOW = timedelta(seconds=STALE_HEARTBEAT_SECONDS + 1)
+# How long the pods left of a group that ended broken get to stop (their own grace period if
+# shorter): a grace period is for the coordinated checkpoint on SIGTERM, which no worker of a
+# broken collective can take — its trainer would sit in a collective until SIGKILL. Seconds
+# are left for sidecars to flush.
+BROKEN_GROUP_GRACE_SECONDS = 3
 # Waiting reasons that no amount of waiting fixes.
 FAIL_AT_ONCE_WAITING_REASONS = frozenset({"InvalidImageName"})
 _MAX_DOUBLINGS = 32
@@ -292,6 +297,13 @@ def node_lost(spec: MultiWorkerJobSpec, trouble: NodeTrouble, now: datetime) -> 
     return _lost(trouble, now, timedelta(seconds=spec.health.node_lost_seconds))
 
 
+def node_lost_at(spec: MultiWorkerJobSpec, trouble: NodeTrouble) -> datetime | None:
+    """When `trouble` will have lasted spec.health.nodeLostSeconds (None: unknown age)."""
+    if trouble.since is None:
+        return None
+    return trouble.since + timedelta(seconds=spec.health.node_lost_seconds)
+
+
 def lost_nodes(spec: MultiWorkerJobSpec, group: ObservedGroup,
                troubles: Mapping[str, NodeTrouble], now: datetime,
                health: GroupHealth | None = None) -> set[str]:
@@ -310,6 +322,21 @@ def lost_node_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup,
     times = [t.since + grace for _, t in _workers_in_trouble(group, troubles, health)
              if t.since is not None]
     return min(times) if times else None
+
+
+def broken_group_grace(failure: FailureRecord | None, generation: int | None,
+                       own_grace: int) -> int | None:
+    """The grace period for deleting a pod of group `generation` (None: the pod's own).
+
+    A group whose end `failure` records as broken — a worker's process failed (a counted
+    restart) or its node was lost — gets at most BROKEN_GROUP_GRACE_SECONDS. Disruptions (an
+    eviction, a preemption, a deleted pod) and hangs keep theirs: every trainer may be alive
+    there (a stall they all share), and saving with the others."""
+    if failure is None or generation is None or failure.generation != generation:
+        return None
+    broken = failure.reason == "NodeLost" or (
+        failure.exit_code not in (None, 0) and failure.action == ActionKind.RESTART_GROUP)
+    return min(own_grace, BROKEN_GROUP_GRACE_SECONDS) if broken else None
 
 
 def disruption_action(spec: MultiWorkerJobSpec, status: JobStatus, culprit: Culprit) -> Action:

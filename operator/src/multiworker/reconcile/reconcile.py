@@ -29,11 +29,13 @@ from multiworker.decide.nodes import NodeTrouble, combined, heartbeat_trouble, n
 from multiworker.decide.observe import Classified, WorkerPhase, observe_group
 from multiworker.decide.policy import (
     ActionKind,
+    broken_group_grace,
     failure_action,
     hang_action,
     lost_node_deadline,
     lost_nodes,
     node_lost,
+    node_lost_at,
     startup_deadline,
     success_action,
 )
@@ -55,6 +57,7 @@ from multiworker.reconcile.unrunnable import fail_invalid_spec, refuse_unreadabl
 
 Manifest = dict[str, Any]
 CONFLICT_RETRY_SECONDS = 1.0
+DEFAULT_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when its spec sets none
 DEFAULT_OPTIONS = Options()
 
 # A stale pod still there this long after its deletion deadline may be force-deleted — but
@@ -149,10 +152,14 @@ def delete_stale_pods(p: Pass) -> Flow:
         return Flow.DONE
     ns, deletions = p.job.namespace, []
     fenced = p.job.spec.checkpoint is not None and p.status.progress is not None
+    own_grace = (p.job.spec.template.spec.model_extra or {}).get(
+        "terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
     for pod in p.group.stale:
         if pod.deletion is None:
-            p.log.info("deleting %s of generation %s", pod.name, pod.generation)
-            deletions.append(PodDeletion(ns, pod.name, pod.uid))
+            grace = broken_group_grace(p.status.last_failure, pod.generation, own_grace)
+            p.log.info("deleting %s of generation %s%s", pod.name, pod.generation,
+                       "" if grace is None else f" within {grace}s: its group is broken")
+            deletions.append(PodDeletion(ns, pod.name, pod.uid, grace=grace))
             continue
         due = pod.deletion + FORCE_DELETE_AFTER
         trouble = p.troubles.get(pod.node)
@@ -161,7 +168,11 @@ def delete_stale_pods(p: Pass) -> Flow:
         if trouble is not None and (p.now >= due or at_once(trouble)):
             trouble = _reread_troubles(p, {pod.node}).get(pod.node)
         if trouble is None or (p.now < due and not at_once(trouble)):
-            p.wake_at(due if trouble is not None else None)
+            if trouble is not None:
+                # A node lost since the group restarted (the restart may come sooner: a
+                # symptom, a silent Lease) lets a fenced pod go then, not at `due`.
+                lost_at = node_lost_at(p.job.spec, trouble) if fenced else None
+                p.wake_at(min(due, lost_at) if lost_at is not None else due)
             continue
         why = ("its node is lost and the job's checkpoints are fenced" if p.now < due
                else "its grace period ended")

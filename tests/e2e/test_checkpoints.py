@@ -88,3 +88,52 @@ def test_resume_from_continues_another_run_on_purpose(
     assert f"written by job {jobs.namespace}/earlier" in log
     assert "resuming from step 20 (epoch 3, batch 0)" in log, log
     assert "epoch 4/4 done: step 40," in log and "epoch 2/4 done" not in log
+
+
+# Run inside a worker: claim its checkpoint directory for generation argv[1] as that
+# generation's chief would (fence.json, written whole), then print the trainer's step.
+CLAIM_FOR_NEXT_GENERATION = """
+import json, os, sys, time, urllib.request
+directory = os.environ["MWJ_CHECKPOINT_DIR"]
+fence = {"generation": int(sys.argv[1]), "jobUid": os.environ["MWJ_JOB_UID"],
+         "pod": "e2e-next-generation", "writtenAt": time.time()}
+with open(os.path.join(directory, ".fence.e2e"), "w") as f:
+    json.dump(fence, f)
+os.replace(os.path.join(directory, ".fence.e2e"), os.path.join(directory, "fence.json"))
+url = f"http://127.0.0.1:{os.environ['MWJ_PROGRESS_PORT']}/progress"
+print(json.load(urllib.request.urlopen(url, timeout=5))["step"])
+"""
+
+
+def test_a_group_superseded_while_it_trains_stops_without_saving_again(
+    jobs: Jobs, checkpoint_claim: str
+) -> None:
+    """What a zombie group meets — one on a node cut off from the control plane, whose pods
+    the API has forgotten — when a newer generation of its job claims the checkpoint directory:
+    here the claim is written by hand into the running group's directory, as the next
+    generation's chief writes it. Every trainer stops at its next save with exit 5 (superseded)
+    and saves nothing more; the next generation, the one the claim names, resumes from a
+    checkpoint made before the claim."""
+    manifest = job("fenced", epochs=30)
+    manifest["spec"]["restartPolicy"] = {"maxRestarts": 1, "backoffSeconds": 1}
+    manifest["spec"]["template"]["spec"]["containers"][0]["env"] += [
+        {"name": "TRAIN_STEP_SLEEP", "value": "0.1"}]
+    jobs.apply(manifest)
+    status = jobs.wait("fenced", "a checkpoint reported in status.progress",
+                       lambda s: s if (s.get("progress") or {}).get("lastCheckpointStep")
+                       else None, timeout=180)
+    generation = status["groupGeneration"]
+    out = jobs.kubectl("exec", "fenced-worker-0", "-c", "tensorflow", "--", "python3", "-c",
+                       CLAIM_FOR_NEXT_GENERATION, str(generation + 1)).stdout
+    step_at_claim = int(out.split()[-1])
+
+    restarted = jobs.wait_running("fenced", generation=generation + 1, timeout=180)
+    failure = restarted["lastFailure"]
+    assert failure["exitCode"] == 5, failure
+    assert f"superseded: generation {generation + 1} of this job claimed" in \
+        failure["message"], failure
+    final = jobs.wait_phase("fenced", "Succeeded", timeout=300)
+    resumed = (final.get("progress") or {}).get("resumedFromStep") or 0
+    # Nothing saved after the claim: any checkpoint is of a step reached by then.
+    assert 0 < resumed <= step_at_claim, (resumed, step_at_claim)
+    assert final["restarts"] == 1, final

@@ -172,13 +172,8 @@ def test_lost_node_restarts_the_group_on_the_remaining_node_as_a_disruption(
     gap = jobs.status(name)
     assert gap["groupGeneration"] == 0 and gap["disruptions"] == before["disruptions"], gap
 
-    outages.freeze(victim)
-    stopped = time.monotonic()
-    status = jobs.wait_running(name, generation=1, timeout=600)
-    seconds = time.monotonic() - stopped
-    record_property("figure: node frozen -> new group Running (s)", round(seconds, 1))
-    print(f"\nnode {victim} frozen -> new group Running in {seconds:.1f}s: "
-          f"{status['lastFailure']['message']}")
+    status = timed_outage(jobs, name, f"{victim} frozen", lambda: outages.freeze(victim),
+                          record_property)
 
     assert status["disruptions"] == before["disruptions"] + 1, status
     assert status["restarts"] == before["restarts"], status
@@ -217,6 +212,25 @@ def first_new_step(jobs: Jobs, name: str, generation: int, timeout: float) -> di
     return result
 
 
+def timed_outage(jobs: Jobs, name: str, what: str, outage: Callable[[], object],
+                 record_property: Any) -> dict[str, Any]:
+    """Causes `outage` (node `what`) and times it to generation 1 Running and to its first
+    training step, as figures; returns the status once Running."""
+    outage()
+    began = time.monotonic()
+    status: dict[str, Any] = jobs.wait_running(name, generation=1, timeout=600)
+    running = time.monotonic() - began
+    trained = first_new_step(jobs, name, 1, timeout=300)
+    first_step = time.monotonic() - began
+    kind = what.split(" ", 1)[1]
+    record_property(f"figure: node {kind} -> new group Running (s)", round(running, 1))
+    record_property(f"figure: node {kind} -> first new training step (s)", round(first_step, 1))
+    print(f"\nnode {what} -> new group Running in {running:.1f}s, training in "
+          f"{first_step:.1f}s (resumed from step {trained['progress']['resumedFromStep']}): "
+          f"{status['lastFailure']['message']}")
+    return status
+
+
 @pytest.mark.timeout(1800)
 def test_the_node_running_the_operator_and_workers_stops_and_returns(
     cluster: Cluster, jobs: Jobs, checkpoint_claim: str, worker_nodes: list[str],
@@ -238,18 +252,8 @@ def test_the_node_running_the_operator_and_workers_stops_and_returns(
     nodes = placement(jobs, name, 0)
     assert victim in nodes.values(), f"no worker on the leader's node {victim}: {nodes}"
 
-    outages.stop(victim)
-    stopped = time.monotonic()
-    status = jobs.wait_running(name, generation=1, timeout=600)
-    running = time.monotonic() - stopped
-    trained = first_new_step(jobs, name, 1, timeout=300)
-    first_step = time.monotonic() - stopped
-    record_property("figure: leader's node stopped -> new group Running (s)", round(running, 1))
-    record_property("figure: leader's node stopped -> first new training step (s)",
-                    round(first_step, 1))
-    print(f"\nnode {victim} (the leader's) stopped -> new group Running in {running:.1f}s, "
-          f"training in {first_step:.1f}s (resumed from step "
-          f"{trained['progress']['resumedFromStep']}): {status['lastFailure']['message']}")
+    status = timed_outage(jobs, name, f"{victim} (the leader's) stopped",
+                          lambda: outages.stop(victim), record_property)
     new_leader = release.lease_holder()
     assert new_leader != leader and operators.get(new_leader or "") != victim, new_leader
     assert status["disruptions"] == 1 and status["restarts"] == 0, status
@@ -295,13 +299,8 @@ def test_a_node_cut_off_from_the_control_plane_is_replaced_and_its_workers_stop_
     old = {p["metadata"]["uid"] for p in jobs.pods(name) if p["spec"].get("nodeName") == victim}
     assert old, f"no worker on {victim}: {nodes}"
 
-    outages.cut_off(victim)
-    cut = time.monotonic()
-    status = jobs.wait_running(name, generation=1, timeout=600)
-    seconds = time.monotonic() - cut
-    record_property("figure: node cut off -> new group Running (s)", round(seconds, 1))
-    print(f"\nnode {victim} cut off -> new group Running in {seconds:.1f}s: "
-          f"{status['lastFailure']['message']}")
+    status = timed_outage(jobs, name, f"{victim} cut off", lambda: outages.cut_off(victim),
+                          record_property)
     assert status["disruptions"] == 1 and status["restarts"] == 0, status
     # Its workers answered: the node was lost by the control plane's word, not its Lease.
     assert f"node {victim} is unreachable since" in status["lastFailure"]["message"], status

@@ -58,6 +58,17 @@ def scheduled(jobs: Jobs, name: str, generation: int, workers: int) -> dict[int,
     return found if len(found) == workers else None
 
 
+def checkpointed_spread_job(jobs: Jobs, name: str, epochs: int) -> dict[int, str]:
+    """A 4-worker spread job running and checkpointed; its placement. The collective timeout
+    (also TensorFlow's heartbeat timeout) is far above any detection time, so it is the
+    operator's handling of a lost node, not the workers' own abort, that restarts the group."""
+    jobs.apply(spread_job(name, 4, env={"TRAIN_EPOCHS": str(epochs)},
+                          health={"collectiveTimeoutSeconds": 1200}))
+    jobs.wait_running(name, generation=0, timeout=300)
+    wait_checkpointed(jobs, name)
+    return placement(jobs, name, 0)
+
+
 def wait_node_ready(cluster: Cluster, node: str, timeout: float = 240) -> None:
     def ready() -> bool:
         out = cluster.kubectl("get", "node", node, "-o",
@@ -149,18 +160,11 @@ def test_lost_node_restarts_the_group_on_the_remaining_node_as_a_disruption(
     outages: Outages, record_property: Any,
 ) -> None:
     """`docker pause` freezes a worker node whole (kubelet, containers, their sockets): to the
-    cluster it is a node that stopped answering. The collective timeout (also TensorFlow's
-    heartbeat timeout) is set far above the expected detection time, so it is the operator's
-    handling of the lost node, not the workers' own abort, that restarts the group. The node
-    without the chief is the one lost, so no old chief can write checkpoints meanwhile. A
+    cluster it is a node that stopped answering. The node without the chief is the one lost, so no old chief can write checkpoints meanwhile. A
     5 s freeze first is a heartbeat gap, which restarts nothing."""
     name = "nodeloss"
-    jobs.apply(spread_job(name, 4, env={"TRAIN_EPOCHS": "14"},
-                          health={"collectiveTimeoutSeconds": 1200}))
-    jobs.wait_running(name, generation=0, timeout=300)
-    wait_checkpointed(jobs, name)
+    nodes = checkpointed_spread_job(jobs, name, epochs=14)
     before = jobs.status(name)
-    nodes = placement(jobs, name, 0)
     victim = next(n for n in set(nodes.values()) if n != nodes[0])
     survivor = nodes[0]
     lost_workers = sorted(i for i, n in nodes.items() if n == victim)
@@ -236,20 +240,15 @@ def test_the_node_running_the_operator_and_workers_stops_and_returns(
     cluster: Cluster, jobs: Jobs, checkpoint_claim: str, worker_nodes: list[str],
     outages: Outages, release: Release, tmp_path: Path, record_property: Any,
 ) -> None:
-    """The chart's defaults (two replicas on different nodes, leader election) and a job with
-    `nodeLostSeconds: 10`: the node that runs the leading replica and half the workers is
-    stopped. The standby takes the Lease, finds the node's Lease silent and starts a new group
+    """The chart's defaults (two replicas on different nodes, leader election): the node that
+    runs the leading replica and half the workers is stopped. The standby takes the Lease, finds the node's Lease silent and starts a new group
     on the other node; the node is started again while it trains: Succeeded, no restart spent."""
     operators = install_in_cluster(release, tmp_path)
     assert len(set(operators.values())) == 2, f"both replicas on one node: {operators}"
     name = "opnode"
-    jobs.apply(spread_job(name, 4, env={"TRAIN_EPOCHS": "14"},
-                          health={"collectiveTimeoutSeconds": 1200}))
-    jobs.wait_running(name, generation=0, timeout=300)
-    wait_checkpointed(jobs, name)
+    nodes = checkpointed_spread_job(jobs, name, epochs=14)
     leader = wait_for(release.lease_holder, 60, interval=1, describe="a Lease holder")
     victim = operators[leader]
-    nodes = placement(jobs, name, 0)
     assert victim in nodes.values(), f"no worker on the leader's node {victim}: {nodes}"
 
     status = timed_outage(jobs, name, f"{victim} (the leader's) stopped",
@@ -289,12 +288,8 @@ def test_a_node_cut_off_from_the_control_plane_is_replaced_and_its_workers_stop_
     node reconnects its kubelet removes what is left of them."""
     operators = install_in_cluster(release, tmp_path)
     name = "partition"
-    jobs.apply(spread_job(name, 4, env={"TRAIN_EPOCHS": "40"},
-                          health={"collectiveTimeoutSeconds": 1200}))
-    jobs.wait_running(name, generation=0, timeout=300)
-    wait_checkpointed(jobs, name)
+    nodes = checkpointed_spread_job(jobs, name, epochs=40)
     leader = wait_for(release.lease_holder, 60, interval=1, describe="a Lease holder")
-    nodes = placement(jobs, name, 0)
     victim = next(n for n in set(nodes.values()) if n != operators[leader])
     old = {p["metadata"]["uid"] for p in jobs.pods(name) if p["spec"].get("nodeName") == victim}
     assert old, f"no worker on {victim}: {nodes}"

@@ -318,9 +318,8 @@ def lost_node_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup,
     """When the earliest worker on a troubled node counts as lost (to look again then). A
     silent Lease explained away by an answering worker sets none: a poll that finds the
     worker silent wakes the job (poller news), and so does the node object's next update."""
-    grace = timedelta(seconds=spec.health.node_lost_seconds)
-    times = [t.since + grace for _, t in _workers_in_trouble(group, troubles, health)
-             if t.since is not None]
+    times = [at for _, t in _workers_in_trouble(group, troubles, health)
+             if (at := node_lost_at(spec, t)) is not None]
     return min(times) if times else None
 
 

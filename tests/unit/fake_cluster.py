@@ -14,6 +14,7 @@ from multiworker.clients.kube import (
     Conflict,
     Created,
     PodDeletion,
+    PodPatch,
     RefusalKind,
     Refused,
 )
@@ -37,6 +38,7 @@ class FakeCluster:
         self.services: dict[str, Manifest] = {}
         self.events: list[tuple[str, str, str]] = []
         self.created_pods: list[str] = []
+        self.patched_pods: list[PodPatch] = []
         self.now = T0
         self.reject_pods: str | None = None  # a message: the API server refuses pods
         self.refusal = RefusalKind.INVALID  # and how
@@ -153,6 +155,19 @@ class FakeCluster:
             return Created.EXISTS
         self.services[name] = copy.deepcopy(service)
         return Created.CREATED
+
+    def patch_pods(self, patches: Sequence[PodPatch]) -> list[bool]:
+        done = []
+        for patch in patches:
+            pod = self.pods.get(patch.name)
+            ok = pod is not None and pod["metadata"]["uid"] == patch.uid
+            if ok:
+                meta = pod["metadata"]
+                meta["labels"] = {**meta.get("labels", {}), **patch.labels}
+                meta["annotations"] = {**meta.get("annotations", {}), **patch.annotations}
+                self.patched_pods.append(patch)
+            done.append(ok)
+        return done
 
     def delete_pods(self, deletions: Sequence[PodDeletion]) -> None:
         for d in deletions:

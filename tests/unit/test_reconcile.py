@@ -10,6 +10,7 @@ import pytest
 from multiworker.api import names
 from multiworker.reconcile.context import Options
 from multiworker.reconcile.reconcile import Outcome, reconcile
+from multiworker.reconcile.render import agent_script
 
 from tests.unit.builders import NAMESPACE, job_body
 from tests.unit.fake_cluster import FakeCluster
@@ -66,7 +67,8 @@ def test_worker_failure_restarts_the_whole_group_after_backoff() -> None:
     assert status["lastFailure"]["worker"] == 1 and status["lastFailure"]["exitCode"] == 137
     assert cluster.events[-1] == (
         "Warning", "WorkerFailed",
-        "restarting group: worker-1 exited 137 (OOMKilled); restart 1 of 3 in 10s",
+        ("restarting group: worker-1 exited 137 (OOMKilled); restart 1 of 3 in 10s; recreating"
+         " the group's pods: the kubelet of node node-1 is of unknown version, older than v1.36"),
     )
     assert outcome.requeue == 0
     step(cluster)  # deletes generation 0 (all of it, not only worker-1)
@@ -479,7 +481,8 @@ def test_the_group_s_addresses_are_in_a_configmap_made_before_its_pods() -> None
     assert config["metadata"]["ownerReferences"][0]["uid"] == cluster.job["metadata"]["uid"]  # type: ignore[index]
     assert config["data"] == {"workers": '["demo-worker-0.demo.ml.svc:2345",'
                                          '"demo-worker-1.demo.ml.svc:2345",'
-                                         '"demo-worker-2.demo.ml.svc:2345"]'}
+                                         '"demo-worker-2.demo.ml.svc:2345"]',
+                              "agent.py": agent_script()}
     env = cluster.pods["demo-worker-0"]["spec"]["containers"][0]["env"]
     assert env[0]["valueFrom"]["configMapKeyRef"] == {"name": name, "key": "workers"}
 

@@ -10,6 +10,7 @@ from multiworker.api import names
 from multiworker.api.job import Job
 from multiworker.reconcile.render import (
     owner_reference,
+    pod_digest,
     render_cluster_config,
     render_service,
     render_worker_pod,
@@ -30,8 +31,11 @@ def env_of(pod: dict[str, Any], container: str = "tensorflow",
     env: dict[str, str] = {}
     for e in trainer["env"]:
         if "fieldRef" in e.get("valueFrom", {}):
-            assert e["valueFrom"]["fieldRef"] == {"fieldPath": "spec.nodeName"}
-            env[e["name"]] = pod["spec"].get("nodeName", "")
+            path = e["valueFrom"]["fieldRef"]["fieldPath"]
+            label = re.fullmatch(r"metadata\.labels\['(.+)'\]", path)
+            assert label or path == "spec.nodeName", path
+            env[e["name"]] = pod["metadata"]["labels"][label[1]] if label \
+                else pod["spec"].get("nodeName", "")
         elif "valueFrom" in e:
             ref = e["valueFrom"]["configMapKeyRef"]
             if (ref["name"], ref["key"]) in data:
@@ -195,7 +199,9 @@ def test_template_is_kept_and_only_the_trainer_gets_the_env() -> None:
     assert pod["metadata"]["labels"]["team"] == "ml"
     assert pod["metadata"]["annotations"] == {
         "note": "x", "multiworker.dev/trainer-container": "tensorflow",
-        "multiworker.dev/progress-port": "8471"}  # what the pod is judged by, as created
+        "multiworker.dev/progress-port": "8471",  # what the pod is judged by, as created
+        "multiworker.dev/released-generation": "0", "multiworker.dev/trainer-restarts": "0",
+        "multiworker.dev/pod-digest": pod_digest(job, None)}
     # The job's own template is untouched.
     assert "hostname" not in job.spec.template.as_dict()["spec"]
 

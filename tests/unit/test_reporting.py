@@ -118,7 +118,9 @@ def test_a_hang_restarts_the_group_blaming_the_worker_that_stopped_first() -> No
     assert cluster.events[-1] == (
         "Warning", "ProgressStalled",
         ("restarting group: no progress for 30s: worker-1 stopped first at step 63 "
-         "(unreachable since 12:00:08); worker-0 at step 63 (answering); restart 1 of 3 in 1s"))
+         "(unreachable since 12:00:08); worker-0 at step 63 (answering); restart 1 of 3 in 1s; "
+         "recreating the group's pods: the kubelet of node node-1 is of unknown version, older "
+         "than v1.36"))
     step(cluster, health)  # deletes the old group (gracefully: they may checkpoint)
     assert all(p["metadata"]["deletionGracePeriodSeconds"] == 30 for p in cluster.pods.values())
     cluster.finish_deletions()

@@ -23,10 +23,11 @@ against the code's REST calls; the e2e suite runs the operator under it.
   resources: [multiworkerjobs/finalizers]
   verbs: [update]
 # Worker pods: watched (label-selected) into the cache, created per generation, deleted on a
-# group restart or when the job ends; get only when a create finds the name taken.
+# group restart or when the job ends; get only when a create finds the name taken; patched
+# (labels, annotations) to restart a group in place.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # The headless Service that gives workers their DNS names; get only when the name is taken.
 - apiGroups: [""]
   resources: [services]

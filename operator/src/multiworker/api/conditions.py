@@ -72,6 +72,8 @@ class Reason(StrEnum):
     GANG_UNAVAILABLE = "GangSchedulingUnavailable"
     NO_GPU_PRODUCT = "NoGpuProductWithRoom"
     PEERS_CONNECTED = "PeersConnected"
+    IN_PLACE_ABANDONED = "InPlaceRestartAbandoned"
+    IN_PLACE_RELEASED = "InPlaceRestartReleased"
 
 
 # Setting the key condition to True switches these off (when present and True).

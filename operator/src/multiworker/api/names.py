@@ -22,6 +22,21 @@ LABEL_GROUP_GENERATION = f"{GROUP}/group-generation"
 # where it serves GET /progress.
 ANNOTATION_TRAINER = f"{GROUP}/trainer-container"
 ANNOTATION_PROGRESS_PORT = f"{GROUP}/progress-port"
+# In-place restarts (runtime/agent.py): the generation whose trainer may start in the pod
+# (the agent's gate holds the pod's containers until it equals the group-generation label),
+# the trainer's restart count when that generation was released (a higher count means that
+# generation's trainer has ended), and what the pod was rendered from (a digest: a pod whose
+# template was edited since is recreated, never restarted in place).
+ANNOTATION_RELEASED = f"{GROUP}/released-generation"
+ANNOTATION_TRAINER_RESTARTS = f"{GROUP}/trainer-restarts"
+ANNOTATION_POD_DIGEST = f"{GROUP}/pod-digest"
+ANNOTATION_RESTARTED_AT = f"{GROUP}/restarted-at"  # when it moved to its generation in place
+AGENT_CONTAINER = "mwj-agent"
+GATE_CONTAINER = "mwj-gate"
+AGENT_POD_INFO_VOLUME = "mwj-pod-info"
+AGENT_STATE_VOLUME = "mwj-agent-state"
+AGENT_SCRIPT_VOLUME = "mwj-agent-script"
+AGENT_SCRIPT_KEY = "agent.py"
 # The coscheduling plugin groups pods by this label (gang scheduling, gang.py).
 LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
 FINALIZER = f"{GROUP}/finalizer"
@@ -70,11 +85,15 @@ def cluster_config_name(job: str, job_uid: str, workers: int, port: int) -> str:
     """The job's ConfigMap holding every worker's address (TF_CONFIG's cluster). Its name
     tells what it holds (a digest of the job's uid, worker count and port), so an existing one
     is the right one and the operator never needs to read or rewrite a ConfigMap."""
-    digest = hashlib.sha256(f"{job_uid}/{workers}/{port}".encode()).hexdigest()[:10]
+    digest = hashlib.sha256(f"{job_uid}/{workers}/{port}/{CLUSTER_CONFIG_VERSION}".encode()
+                            ).hexdigest()[:10]
     return f"{job}-tf-{digest}"
 
 
 CLUSTER_CONFIG_KEY = "workers"
+# Raised whenever what the ConfigMap holds changes (agent.py came with 2): a job's ConfigMap
+# is never rewritten, so a new operator gives new groups a new one.
+CLUSTER_CONFIG_VERSION = 2
 
 
 def config_map_path(namespace: str, name: str | None = None) -> str:

@@ -128,6 +128,13 @@ class JobStatus(BaseModel):
     """When the failure that the current restart recovers from was observed."""
     last_recovery_seconds: float | None = None
     """Time from the last failure observed to the new group running."""
+    restart_path: str | None = None
+    """How the current group was started after a restart: InPlace (the same pods, their
+    containers restarted by the kubelet) or Recreate (new pods); the Restarting condition and
+    its Event say why Recreate when InPlace was asked for."""
+    in_place_since: Time | None = None
+    """While the current group is being restarted in place: since when. The old trainers must
+    all stop within a bound, else the group is recreated."""
     last_failure: FailureRecord | None = None
     start_time: Time | None = None
     """When the first group was created."""

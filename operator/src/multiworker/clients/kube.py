@@ -12,8 +12,8 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -39,7 +39,7 @@ FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
     (names.GROUP, names.PLURAL): frozenset({"list", "watch", "delete"}),
     (names.GROUP, f"{names.PLURAL}/status"): frozenset({"patch"}),
     (names.GROUP, f"{names.PLURAL}/finalizers"): frozenset({"update"}),
-    ("", "pods"): frozenset({"get", "list", "watch", "create", "delete"}),
+    ("", "pods"): frozenset({"get", "list", "watch", "create", "patch", "delete"}),
     ("", "services"): frozenset({"get", "create"}),
     ("", "configmaps"): frozenset({"create"}),  # never read: see render_cluster_config
     ("", "events"): frozenset({"create"}),
@@ -107,6 +107,17 @@ class PodDeletion:
     name: str
     uid: str  # only this pod, never a newer one of the same name
     grace: int | None = None  # None: the pod's own terminationGracePeriodSeconds
+
+
+@dataclass(frozen=True)
+class PodPatch:
+    """Labels and annotations to merge into one pod (in-place restarts)."""
+
+    namespace: str
+    name: str
+    uid: str  # only this pod, never a newer one of the same name
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 class Cluster:
@@ -182,6 +193,22 @@ class Cluster:
                 options["gracePeriodSeconds"] = d.grace
             self._delete(_core_path(d.namespace, "pods", d.name), options)
         self.rest.parallel(delete, deletions)
+
+    def patch_pods(self, patches: Sequence[PodPatch]) -> list[bool]:
+        """Merge labels and annotations into pods in parallel: per pod, whether it was
+        patched (False: gone, or replaced by a newer pod of the same name)."""
+        def patch(p: PodPatch) -> bool:
+            body = {"metadata": {"uid": p.uid, "labels": dict(p.labels),
+                                 "annotations": dict(p.annotations)}}
+            try:
+                self.rest.call("PATCH", _core_path(p.namespace, "pods", p.name), body,
+                               content_type="application/merge-patch+json")
+            except ApiException as e:
+                if e.status in (404, 409, 422):
+                    return False
+                raise
+            return True
+        return self.rest.parallel(patch, patches)
 
     def create_object(self, path: str, manifest: Manifest) -> Created:
         """Create any namespaced object at its collection `path` (PodGroups, say)."""

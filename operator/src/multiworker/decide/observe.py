@@ -49,6 +49,12 @@ PROBLEM_WAITING_REASONS = frozenset({
     "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
 })
+# In-place restarts: the pod's containers have not all stopped yet for the new generation,
+# and they have and its gate holds the rest of the pod until the operator releases it.
+STOPPING_OLD_TRAINER = "StoppingOldTrainer"
+WAITING_FOR_RELEASE = "WaitingForRelease"
+# The trainer ended and the kubelet restarted the pod's containers before its exit was seen.
+RESTARTED_IN_PLACE = "RestartedInPlace"
 # The pod was evicted because it used more than it asked for: the job's fault, not a disruption.
 EVICTED_FOR_USAGE = "EvictedForResourceUsage"
 MESSAGE_LINES = 3
@@ -80,6 +86,12 @@ class WorkerState:
     # GPUs: cleanup goes by this, not by the trainer.
     pod_ended: bool = False
     progress_port: int | None = None  # where it serves GET /progress, as created
+    # In-place restarts (runtime/agent.py): the pod runs the agent with its restart rules
+    # intact (an API server without the feature drops them), what it was rendered from, and
+    # the trainer's restart count.
+    agent: bool = False
+    digest: str = ""
+    trainer_restarts: int = 0
 
 
 @dataclass(frozen=True)
@@ -227,7 +239,10 @@ def classify(pod: Pod, index: int, container: str) -> WorkerState:
     container = trainer_of(pod, container)
     state = _classify(pod, index, container)
     trainer = _container_status(pod.get("status", {}).get("containerStatuses", []), container)
+    annotations = meta.get("annotations") or {}
     return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta,
+                   agent=_has_agent(pod), digest=annotations.get(names.ANNOTATION_POD_DIGEST, ""),
+                   trainer_restarts=int((trainer or {}).get("restartCount") or 0),
                    ip=pod.get("status", {}).get("podIP") or "",
                    node=(pod.get("spec") or {}).get("nodeName") or "",
                    scheduled_at=_scheduled_at(pod.get("status", {})),
@@ -243,6 +258,10 @@ def _classify(pod: Pod, index: int, container: str) -> WorkerState:
     trainer = _container_status(status.get("containerStatuses", []), container)
     terminated = (trainer.get("state") or {}).get("terminated") if trainer else None
     disruption = _disruption(meta, status)
+    if disruption is None and _has_agent(pod):
+        held = _in_place(pod, index, trainer)
+        if held is not None:
+            return held
 
     if terminated and terminated.get("exitCode") == 0:
         # Its message, kept whole: a final progress report (contract.FINAL_REPORT_PREFIX).
@@ -299,10 +318,57 @@ def _pod_failed(index: int, pod: str, status: Mapping[str, Any]) -> WorkerState:
                        message=tail(status.get("message") or ""))
 
 
+def _has_agent(pod: Pod) -> bool:
+    """Whether the pod runs the in-place agent as rendered, its restart rule intact."""
+    for init in (pod.get("spec") or {}).get("initContainers") or []:
+        if init.get("name") == names.AGENT_CONTAINER:
+            return bool(init.get("restartPolicyRules"))
+    return False
+
+
+def _in_place(pod: Pod, index: int, trainer: Mapping[str, Any] | None) -> WorkerState | None:
+    """A pod with the agent, where its own state tells more than its trainer's: moved to a
+    new generation that the operator has not released yet (starting), or held by its gate
+    after this generation's trainer ended (failed: the kubelet restarted the pod's
+    containers by the trainer's rule). None: judge it by its trainer as usual."""
+    meta, status = pod.get("metadata", {}), pod.get("status", {})
+    name, annotations = meta.get("name", ""), meta.get("annotations") or {}
+    generation = _int((meta.get("labels") or {}).get(names.LABEL_GROUP_GENERATION))
+    released = _int(annotations.get(names.ANNOTATION_RELEASED))
+    gate = _container_status(status.get("initContainerStatuses", []), names.GATE_CONTAINER)
+    gate_running = gate is not None and "running" in (gate.get("state") or {})
+    trainer_running = trainer is not None and "running" in (trainer.get("state") or {})
+    since = max(filter(None, (_time(meta.get("creationTimestamp")),
+                              _time(annotations.get(names.ANNOTATION_RESTARTED_AT)))),
+                default=None)
+    if generation is not None and released is not None and released < generation:
+        if gate_running and not trainer_running:
+            return WorkerState(index, WorkerPhase.STARTING, name, since=since,
+                               reason=WAITING_FOR_RELEASE,
+                               message=f"stopped; generation {generation} not released yet")
+        return WorkerState(index, WorkerPhase.STARTING, name, since=since,
+                           reason=STOPPING_OLD_TRAINER,
+                           message=f"restarting in place for generation {generation}")
+    baseline = _int(annotations.get(names.ANNOTATION_TRAINER_RESTARTS)) or 0
+    restarts = int((trainer or {}).get("restartCount") or 0)
+    if gate_running and not trainer_running and restarts > baseline:
+        state = (trainer or {}).get("state") or {}
+        ended = state.get("terminated") or ((trainer or {}).get("lastState") or {}).get(
+            "terminated")
+        if ended and ended.get("reason") != "RestartingAllContainers":
+            return _exited(index, name, ended, "")
+        return WorkerState(index, WorkerPhase.FAILED, name, reason=RESTARTED_IN_PLACE,
+                           message="the trainer ended and the kubelet restarted the pod's "
+                                   "containers before its exit code was seen",
+                           since=_time((ended or {}).get("finishedAt")))
+    return None
+
+
 def _starting(
     index: int, pod: str, meta: Mapping[str, Any], status: Mapping[str, Any]
 ) -> WorkerState:
-    since = _time(meta.get("creationTimestamp"))
+    since = max(filter(None, (_time(meta.get("creationTimestamp")), _time(
+        (meta.get("annotations") or {}).get(names.ANNOTATION_RESTARTED_AT)))), default=None)
     scheduled = _condition(status, "PodScheduled")
     if scheduled is not None and scheduled.get("status") == "False":
         return WorkerState(index, WorkerPhase.PENDING, pod, since=since,

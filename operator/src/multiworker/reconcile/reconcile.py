@@ -1,6 +1,7 @@
 """One reconcile pass over one job: a flat list of named steps.
 
-stop if finished → delete stale generations → suspend/resume → record progress → success
+stop if finished → delete stale generations (or, restarting in place, move them to the
+new one) → release an in-place restart → suspend/resume → record progress → success
 policy → failure policy (failures, image skew, lost nodes, stuck starts) → hang policy →
 create the group (creation.py) → Running condition. Jobs the steps cannot run on — an
 unreadable status, an invalid spec — are unrunnable.py's. The status is written once, at the
@@ -19,14 +20,22 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from multiworker.api import names
 from multiworker.api.conditions import Reason, Type
 from multiworker.api.job import InvalidJobSpec, Job
 from multiworker.api.spec import CleanPodPolicy
 from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus
-from multiworker.clients.kube import Conflict, Gone, PodDeletion
+from multiworker.clients.kube import Conflict, Gone, PodDeletion, PodPatch
 from multiworker.decide.hang import find_stall
+from multiworker.decide.inplace import STOP_BOUND, stop_deadline
 from multiworker.decide.nodes import NodeTrouble, combined, heartbeat_trouble, node_trouble
-from multiworker.decide.observe import Classified, WorkerPhase, observe_group
+from multiworker.decide.observe import (
+    WAITING_FOR_RELEASE,
+    Classified,
+    StalePod,
+    WorkerPhase,
+    observe_group,
+)
 from multiworker.decide.policy import (
     ActionKind,
     broken_group_grace,
@@ -47,6 +56,7 @@ from multiworker.reconcile.creation import ensure_workers, still_blocked, why_no
 from multiworker.reconcile.gang import pod_group_path
 from multiworker.reconcile.reporting import current_health, poll_targets, record_progress
 from multiworker.reconcile.transitions import (
+    abandon_in_place,
     apply,
     forget_group,
     group_running,
@@ -151,10 +161,11 @@ def delete_stale_pods(p: Pass) -> Flow:
         p.wake_in(1)
         return Flow.DONE
     ns, deletions = p.job.namespace, []
+    stale = _move_in_place(p)
     fenced = p.job.spec.checkpoint is not None and p.status.progress is not None
     own_grace = (p.job.spec.template.spec.model_extra or {}).get(
         "terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
-    for pod in p.group.stale:
+    for pod in stale:
         if pod.deletion is None:
             grace = broken_group_grace(p.status.last_failure, pod.generation, own_grace)
             p.log.info("deleting %s of generation %s%s", pod.name, pod.generation,
@@ -186,6 +197,50 @@ def delete_stale_pods(p: Pass) -> Flow:
     for pod_group in sorted({pod.pod_group for pod in p.group.stale
                              if pod.pod_group and pod.deletion is None}):
         p.cluster.delete_object(pod_group_path(ns, pod_group))
+    return Flow.CONTINUE
+
+
+def release_in_place(p: Pass) -> Flow:
+    """An in-place restart's barrier: once every worker's old trainer has stopped and its
+    gate holds the pod (and the backoff has passed), release the generation in every pod at
+    once. A pod gone, disrupted or on a node in trouble meanwhile, or old trainers still
+    running after inplace.STOP_BOUND, and the group is recreated instead."""
+    s = p.status
+    if s.in_place_since is None or p.group.stale:
+        return Flow.CONTINUE
+    workers, generation = p.group.workers, s.group_generation
+    why = next((f"worker-{w.index}'s pod is gone" if w.phase is WorkerPhase.MISSING
+                else f"worker-{w.index}'s pod was disrupted ({w.reason})"
+                for w in workers
+                if w.phase in (WorkerPhase.MISSING, WorkerPhase.DISRUPTED) or w.terminating),
+               None)
+    why = why or next((f"worker-{w.index}'s {p.troubles[w.node].describe()}"
+                       for w in workers if w.node in p.troubles), None)
+    held = [w for w in workers if w.reason == WAITING_FOR_RELEASE]
+    deadline = stop_deadline(s.in_place_since)
+    if why is None and len(held) < len(workers) and p.now >= deadline:
+        late = next(w for w in workers if w.reason != WAITING_FOR_RELEASE)
+        why = (f"worker-{late.index} had not stopped {STOP_BOUND.total_seconds():g}s after "
+               f"the restart began ({late.reason}: {late.message})")
+    if why is not None:
+        abandon_in_place(p, why)
+        return Flow.DONE
+    if len(held) < len(workers):
+        p.wake_at(deadline)
+        return Flow.CONTINUE
+    if s.restart_after is not None and p.now < s.restart_after:
+        p.wake_at(s.restart_after)
+        return Flow.CONTINUE
+    patches = [PodPatch(p.job.namespace, w.pod, w.uid, annotations={
+        names.ANNOTATION_RELEASED: str(generation),
+        names.ANNOTATION_TRAINER_RESTARTS: str(w.trainer_restarts)}) for w in workers]
+    if not all(p.cluster.patch_pods(patches)):
+        abandon_in_place(p, "a worker's pod was replaced while its generation was released")
+        return Flow.DONE
+    stopped = (p.now - s.in_place_since).total_seconds()
+    s.in_place_since = None
+    p.log.info("generation %s released in place: every old trainer stopped within %.1fs",
+               generation, stopped)
     return Flow.CONTINUE
 
 
@@ -257,6 +312,7 @@ def compute_status(p: Pass) -> Flow:
 STEPS: tuple[Callable[[Pass], Flow], ...] = (
     stop_if_finished,
     delete_stale_pods,
+    release_in_place,
     suspend_or_resume,
     record_progress,
     success_policy,
@@ -268,6 +324,25 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
 
 
 # --- helpers of the steps ---
+
+
+def _move_in_place(p: Pass) -> list[StalePod]:
+    """While the group restarts in place: move the last generation's pods to the current one
+    (their agents then restart their containers, runtime/agent.py); the stale pods left to
+    delete. A pod that cannot be moved (gone) is found missing by release_in_place."""
+    s = p.status
+    if s.in_place_since is None:
+        return list(p.group.stale)
+    moving = [pod for pod in p.group.stale
+              if pod.generation == s.group_generation - 1 and pod.deletion is None]
+    if moving:
+        at = p.now.isoformat()
+        p.cluster.patch_pods([PodPatch(p.job.namespace, pod.name, pod.uid, labels={
+            names.LABEL_GROUP_GENERATION: str(s.group_generation)}, annotations={
+            names.ANNOTATION_RESTARTED_AT: at}) for pod in moving])
+        p.log.info("restarting %d pods in place for generation %s", len(moving),
+                   s.group_generation)
+    return [pod for pod in p.group.stale if pod not in moving]
 
 
 def _reread_troubles(p: Pass, node_names: set[str]) -> Mapping[str, NodeTrouble]:

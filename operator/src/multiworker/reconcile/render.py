@@ -6,19 +6,55 @@ Every input is an argument (the owner too); no environment reads, no clock, no c
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import posixpath
 from collections.abc import Sequence
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from multiworker.api import contract, names
 from multiworker.api.job import Job
+from multiworker.api.spec import RestartMode
 from multiworker.decide.gpus import PRODUCT_LABEL
 
 Manifest = dict[str, Any]
 
 # Lets the last lines of a crashed trainer's log show up in the pod status and our Events.
 _TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
+# What the agent's two containers ask for: a quota on requests must see them; a Python loop
+# reading two small files twenty times a second needs little.
+_AGENT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"},
+                    "limits": {"memory": "64Mi"}}
+AGENT_RESTART_EXIT = 86  # runtime/agent.py's RESTART_EXIT
+_POD_INFO_PATH = "/etc/multiworker"
+_AGENT_STATE_PATH = "/run/multiworker"
+_AGENT_SCRIPT_PATH = "/opt/multiworker"
+
+
+@cache
+def agent_script() -> str:
+    """runtime/agent.py, shipped in the job's ConfigMap: it runs in the trainer's image."""
+    return (resources.files("multiworker") / "runtime" / "agent.py").read_text()
+
+
+def in_place(job: Job) -> bool:
+    """Whether the job's pods are rendered for in-place restarts (with the agent)."""
+    return job.spec.restart_policy.mode is RestartMode.IN_PLACE
+
+
+def pod_digest(job: Job, image: str | None) -> str:
+    """What a worker pod is rendered from, but its index and generation: a pod whose digest
+    differs from the job's now (its template, image, ports or volume were edited since) is
+    recreated, never restarted in place."""
+    spec = job.spec
+    checkpoint = spec.checkpoint.model_dump(mode="json") if spec.checkpoint else None
+    rendered = [spec.template.as_dict(), image, spec.workers, spec.port,
+                spec.health.progress_port, spec.health.peer_timeout_seconds,
+                spec.health.collective_timeout_seconds, checkpoint]
+    text = json.dumps(rendered, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def owner_reference(job: Job) -> Manifest:
@@ -63,7 +99,8 @@ def render_cluster_config(job: Job, owner: Manifest) -> Manifest:
             "ownerReferences": [owner],
         },
         "data": {names.CLUSTER_CONFIG_KEY: worker_addresses(job.name, job.namespace,
-                                                            spec.workers, spec.port)},
+                                                            spec.workers, spec.port),
+                 names.AGENT_SCRIPT_KEY: agent_script()},
     }
 
 
@@ -83,7 +120,6 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
         contract.MWJ_JOB_UID: job.uid,
         contract.MWJ_NUM_WORKERS: str(spec.workers),
         contract.MWJ_WORKER_INDEX: str(index),
-        contract.MWJ_RESTART_COUNT: str(generation),
         contract.MWJ_PROGRESS_PORT: str(spec.health.progress_port),
         contract.MWJ_PEER_TIMEOUT_SECONDS: str(spec.health.peer_timeout_seconds),
         contract.MWJ_COLLECTIVE_TIMEOUT_SECONDS: str(spec.health.collective_timeout_seconds),
@@ -97,7 +133,12 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
             values[contract.MWJ_RESUME_FROM_DIR] = posixpath.normpath(resume_dir)
     node = {"name": contract.MWJ_NODE_NAME,
             "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
-    return [addresses, node,
+    # In place, the pod outlives its generation: the kubelet reads the number from the pod's
+    # label each time it creates the trainer's container.
+    restart_count = {"name": contract.MWJ_RESTART_COUNT, "valueFrom": {"fieldRef": {
+        "fieldPath": f"metadata.labels['{names.LABEL_GROUP_GENERATION}']"}}} \
+        if in_place(job) else {"name": contract.MWJ_RESTART_COUNT, "value": str(generation)}
+    return [addresses, node, restart_count,
             *({"name": name, "value": value} for name, value in values.items())]
 
 
@@ -178,6 +219,14 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
     if avoid_nodes:
         _avoid(pod_spec, avoid_nodes)
     trainer.setdefault("terminationMessagePolicy", _TERMINATION_MESSAGE_POLICY)
+    annotations = {**metadata.get("annotations", {}),
+                   names.ANNOTATION_TRAINER: trainer_name,
+                   names.ANNOTATION_PROGRESS_PORT: str(job.spec.health.progress_port)}
+    if in_place(job):
+        _add_agent(job, pod_spec, trainer)
+        annotations |= {names.ANNOTATION_RELEASED: str(generation),
+                        names.ANNOTATION_TRAINER_RESTARTS: "0",
+                        names.ANNOTATION_POD_DIGEST: pod_digest(job, image)}
     if job.spec.checkpoint is not None:
         _mount_checkpoint(pod_spec, trainer, job.spec.checkpoint.claim_name,
                           job.spec.checkpoint.mount_path)
@@ -190,13 +239,53 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
             "namespace": job.namespace,
             "labels": {**metadata.get("labels", {}),
                        **names.worker_labels(job.name, index, generation)},
-            "annotations": {**metadata.get("annotations", {}),
-                            names.ANNOTATION_TRAINER: trainer_name,
-                            names.ANNOTATION_PROGRESS_PORT: str(job.spec.health.progress_port)},
+            "annotations": annotations,
             "ownerReferences": [owner],
         },
         "spec": pod_spec,
     }
+
+
+def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> None:
+    """The in-place restart agent (runtime/agent.py), first among the init containers: a
+    sidecar whose exit restarts all of the pod's containers, then a gate that holds the rest
+    of the pod until the operator releases its generation. The trainer's own failure restarts
+    the pod's containers the same way (so its pod never ends failed and can be reused), and
+    the gate holds the new trainer until the operator decides."""
+    image = trainer["image"]
+    mounts = [{"name": names.AGENT_POD_INFO_VOLUME, "mountPath": _POD_INFO_PATH,
+               "readOnly": True},
+              {"name": names.AGENT_STATE_VOLUME, "mountPath": _AGENT_STATE_PATH},
+              {"name": names.AGENT_SCRIPT_VOLUME, "mountPath": _AGENT_SCRIPT_PATH,
+               "readOnly": True}]
+    script = f"{_AGENT_SCRIPT_PATH}/{names.AGENT_SCRIPT_KEY}"
+    def agent(name: str, mode: str) -> Manifest:
+        return {"name": name, "image": image, "command": ["python3", script, mode],
+                "resources": _AGENT_RESOURCES, "volumeMounts": mounts,
+                "terminationMessagePolicy": _TERMINATION_MESSAGE_POLICY}
+    watcher = {**agent(names.AGENT_CONTAINER, "watch"), "restartPolicy": "Always",
+               "restartPolicyRules": [{"action": "RestartAllContainers", "exitCodes": {
+                   "operator": "In", "values": [AGENT_RESTART_EXIT]}}]}
+    ours = {names.AGENT_CONTAINER, names.GATE_CONTAINER}
+    pod_spec["initContainers"] = [watcher, agent(names.GATE_CONTAINER, "gate"),
+                                  *(c for c in pod_spec.get("initContainers", [])
+                                    if c.get("name") not in ours)]
+    trainer["restartPolicy"] = "Never"
+    trainer["restartPolicyRules"] = [{"action": "RestartAllContainers", "exitCodes": {
+        "operator": "NotIn", "values": [0]}}]
+    pod_info = {"name": names.AGENT_POD_INFO_VOLUME, "downwardAPI": {"items": [
+        {"path": "generation",
+         "fieldRef": {"fieldPath": f"metadata.labels['{names.LABEL_GROUP_GENERATION}']"}},
+        {"path": "released",
+         "fieldRef": {"fieldPath": f"metadata.annotations['{names.ANNOTATION_RELEASED}']"}}]}}
+    script_volume = {"name": names.AGENT_SCRIPT_VOLUME, "configMap": {
+        "name": names.cluster_config_name(job.name, job.uid, job.spec.workers, job.spec.port),
+        "items": [{"key": names.AGENT_SCRIPT_KEY, "path": names.AGENT_SCRIPT_KEY}]}}
+    state = {"name": names.AGENT_STATE_VOLUME, "emptyDir": {"medium": "Memory",
+                                                            "sizeLimit": "1Mi"}}
+    volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") not in
+               {names.AGENT_POD_INFO_VOLUME, names.AGENT_STATE_VOLUME, names.AGENT_SCRIPT_VOLUME}]
+    pod_spec["volumes"] = [*volumes, pod_info, state, script_volume]
 
 
 def _avoid(pod_spec: Manifest, nodes: Sequence[str]) -> None:

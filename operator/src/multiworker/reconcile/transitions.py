@@ -10,12 +10,18 @@ from __future__ import annotations
 from datetime import timedelta
 
 from multiworker.api.conditions import Reason, Type
+from multiworker.api.spec import RestartMode
 from multiworker.api.status import FailureRecord, JobStatus, Phase
 from multiworker.clients import metrics
+from multiworker.decide.inplace import in_place_blocker
 from multiworker.decide.observe import WorkerPhase
 from multiworker.decide.policy import Action, ActionKind
 from multiworker.reconcile.context import Pass
 from multiworker.reconcile.events import is_problem
+from multiworker.reconcile.gang import gang_enabled
+from multiworker.reconcile.render import pod_digest
+
+IN_PLACE, RECREATE = "InPlace", "Recreate"
 
 
 def apply(p: Pass, action: Action) -> bool:
@@ -52,13 +58,52 @@ def restart_group(p: Pass, action: Action) -> None:
     if action.pin_image is not None:
         s.pinned_image = action.pin_image
     forget_group(s)
-    p.condition(Type.RESTARTING, "True", action.reason, action.message)
-    p.emit(action.reason, action.message)
-    p.log.warning("%s", action.message)
+    why_not = _why_not_in_place(p)
+    s.restart_path = RECREATE if why_not else IN_PLACE
+    s.in_place_since = None if why_not else p.now
+    if why_not is None:
+        message = f"{action.message}; restarting the group in place"
+    elif p.job.spec.restart_policy.mode is RestartMode.RECREATE:
+        message = f"{action.message}; recreating the group's pods"
+    else:
+        message = f"{action.message}; recreating the group's pods: {why_not}"
+    p.condition(Type.RESTARTING, "True", action.reason, message)
+    p.emit(action.reason, message)
+    p.log.warning("%s", message)
     reason = action.culprit.reason if action.culprit else action.reason
     p.after_write.append(
         lambda: metrics.GROUP_RESTARTS.labels(reason=reason, counted=str(counted).lower()).inc()
     )
+    p.wake_in(0)
+
+
+def _why_not_in_place(p: Pass) -> str | None:
+    """Why the group just failed cannot restart in its own pods (decide/inplace.py)."""
+    kubelets = {}
+    for w in p.group.workers:
+        if w.node and w.node not in kubelets:
+            node = p.cluster.cached_node(w.node) or {}
+            kubelets[w.node] = str(((node.get("status") or {}).get("nodeInfo") or {})
+                                   .get("kubeletVersion") or "")
+    return in_place_blocker(
+        p.job.spec, p.group.workers, pod_digest(p.job, p.status.pinned_image),
+        troubles=p.troubles, kubelets=kubelets,
+        gang=gang_enabled(p.job.spec, p.options.gang_default))
+
+
+def abandon_in_place(p: Pass, why: str) -> None:
+    """An in-place restart that cannot complete (a pod went, a node failed, the old trainers
+    did not all stop in time): the pods become stale and are recreated, as a new generation
+    that counts nothing more (the restart was counted when it began)."""
+    s = p.status
+    s.group_generation += 1
+    s.group_start_time = None
+    s.restart_path, s.in_place_since = RECREATE, None
+    forget_group(s)
+    message = f"in-place restart abandoned, recreating the group's pods: {why}"
+    p.condition(Type.RESTARTING, "True", Reason.IN_PLACE_ABANDONED, message)
+    p.emit(Reason.IN_PLACE_ABANDONED, message)
+    p.log.warning("%s", message)
     p.wake_in(0)
 
 
@@ -67,6 +112,7 @@ def abandon_group(p: Pass) -> None:
     created): its pods become stale, and the next attempt starts a fresh generation."""
     p.status.group_generation += 1
     p.status.group_start_time = None
+    p.status.restart_path, p.status.in_place_since = RECREATE, None
     forget_group(p.status)
 
 
@@ -74,7 +120,7 @@ def finish(p: Pass, phase: Phase, action: Action) -> None:
     """Succeeded or Failed, for good: the condition says why, the next pass cleans up."""
     s = p.status
     s.completion_time = p.now
-    s.restart_after = s.recovering_since = s.blocked_since = None
+    s.restart_after = s.recovering_since = s.blocked_since = s.in_place_since = None
     s.stragglers = []
     if phase is Phase.FAILED:
         if action.culprit is not None:
@@ -93,6 +139,7 @@ def forget_group(s: JobStatus) -> None:
     """What described the old group: the next one has not restored or reported anything."""
     s.stragglers = []
     s.bad_progress_reports = 0
+    s.in_place_since = None
     if s.progress is not None:
         s.progress = s.progress.model_copy(update={"resumed_from_step": None})
 

@@ -1,0 +1,82 @@
+"""Whether a group restart may reuse the group's pods (in place) or must recreate them.
+
+In place, every pod keeps its node, IP, GPUs and volumes and the kubelet restarts its
+containers (runtime/agent.py); that is only right when every pod and node is healthy and the
+pods are what the job would create now. Each answer that says no names why: it becomes the
+restart's Event.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from multiworker.api.spec import MultiWorkerJobSpec, RestartMode
+from multiworker.decide.nodes import NodeTrouble
+from multiworker.decide.observe import WorkerPhase, WorkerState
+
+# The kubelet that restarts all of a pod's containers on a rule (RestartAllContainers, beta
+# and on by default since Kubernetes 1.36).
+MIN_KUBELET = (1, 36)
+# The old trainers must all have stopped this long after the in-place restart began: each
+# stops within 2 s of its agent seeing the new generation (the kubelet's shortest grace).
+STOP_BOUND = timedelta(seconds=30)
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)")
+
+HEALTHY = (WorkerPhase.RUNNING, WorkerPhase.STARTING, WorkerPhase.FAILED)
+
+
+def in_place_blocker(
+    spec: MultiWorkerJobSpec, workers: tuple[WorkerState, ...], digest: str, *,
+    troubles: Mapping[str, NodeTrouble], kubelets: Mapping[str, str], gang: bool,
+) -> str | None:
+    """Why this group must be recreated rather than restarted in place; None: in place.
+    `digest` is what the job's pods are rendered from now (render.pod_digest), `kubelets`
+    the kubelet version of each node."""
+    if spec.restart_policy.mode is RestartMode.RECREATE:
+        return "spec.restartPolicy.mode is Recreate"
+    if gang:
+        return "gang scheduling places each generation as a new PodGroup"
+    return next(filter(None, (_pod_blocker(w, digest) or _node_blocker(w, troubles, kubelets)
+                              for w in workers)), None)
+
+
+def _pod_blocker(w: WorkerState, digest: str) -> str | None:
+    who = f"worker-{w.index}"
+    if w.phase is WorkerPhase.MISSING:
+        return f"{who} has no pod"
+    if w.terminating:
+        return f"{who}'s pod is being deleted"
+    if w.phase is WorkerPhase.DISRUPTED:
+        return f"{who}'s pod was disrupted ({w.reason})"
+    if w.phase not in HEALTHY or w.pod_ended or not w.node:
+        return f"{who}'s pod is {'ended' if w.pod_ended else w.phase.value.lower()}"
+    if not w.agent:
+        return (f"{who}'s pod has no in-place agent with its restart rule (created with "
+                "restartPolicy.mode Recreate, or the API server dropped the rule: feature "
+                "gates ContainerRestartRules, RestartAllContainersOnContainerExits)")
+    if w.digest != digest:
+        return f"{who}'s pod was created from an earlier template or image"
+    return None
+
+
+def _node_blocker(w: WorkerState, troubles: Mapping[str, NodeTrouble],
+                  kubelets: Mapping[str, str]) -> str | None:
+    trouble = troubles.get(w.node)
+    if trouble is not None:
+        return f"worker-{w.index}'s {trouble.describe()}"
+    version = kubelets.get(w.node, "")
+    if not _at_least(version, MIN_KUBELET):
+        return (f"the kubelet of node {w.node} is {version or 'of unknown version'}, "
+                f"older than v{MIN_KUBELET[0]}.{MIN_KUBELET[1]}")
+    return None
+
+
+def stop_deadline(since: datetime) -> datetime:
+    return since + STOP_BOUND
+
+
+def _at_least(version: str, minimum: tuple[int, int]) -> bool:
+    found = _VERSION.match(version)
+    return found is not None and (int(found[1]), int(found[2])) >= minimum

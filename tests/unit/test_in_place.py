@@ -1,0 +1,296 @@
+"""In-place group restarts (decide/inplace.py, the in-place steps of reconcile.py, the agent's
+pod states in observe.py): the same pods, relabelled, held until every old trainer stopped,
+released together; recreated, saying why, whenever that is not safe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from multiworker.api import names
+from multiworker.decide.inplace import STOP_BOUND, in_place_blocker
+from multiworker.decide.nodes import NodeTrouble
+from multiworker.decide.observe import WorkerPhase, WorkerState, classify
+from multiworker.reconcile.render import owner_reference, pod_digest, render_worker_pod
+
+from tests.unit.builders import make_job, make_spec
+from tests.unit.fake_cluster import FakeCluster
+from tests.unit.test_reconcile import PODS, make, step
+
+Manifest = dict[str, Any]
+KUBELET = "v1.36.3"
+
+
+def on_kubelet(cluster: FakeCluster, version: str = KUBELET) -> FakeCluster:
+    for node in cluster.nodes.values():
+        node["status"]["nodeInfo"] = {"kubeletVersion": version}
+    return cluster
+
+
+def running(**spec: Any) -> FakeCluster:
+    cluster = on_kubelet(make(**spec))
+    step(cluster)
+    cluster.run()
+    for pod in cluster.pods.values():
+        pod["status"]["initContainerStatuses"] = [
+            {"name": names.AGENT_CONTAINER, "state": {"running": {}}},
+            {"name": names.GATE_CONTAINER, "state": {"terminated": {"exitCode": 0}}}]
+        pod["status"]["containerStatuses"][0] |= {"containerID": "containerd://old",
+                                                  "restartCount": 0}
+    step(cluster)
+    assert cluster.status["phase"] == "Running"
+    return cluster
+
+
+def pod_of(cluster: FakeCluster, index: int) -> Manifest:
+    return cluster.pods[names.worker_name(cluster.job_name, index)]
+
+
+def held(cluster: FakeCluster, index: int, exit_code: int = 137,
+         reason: str = "Error") -> None:
+    """What the kubelet shows once it restarted all of the pod's containers: the gate runs
+    (holding the rest), the trainer waits, its last run ended with `exit_code`."""
+    status = pod_of(cluster, index)["status"]
+    trainer = status["containerStatuses"][0]
+    trainer["restartCount"] = trainer.get("restartCount", 0) + 1
+    trainer["state"] = {"waiting": {"reason": "PodInitializing"}}
+    trainer["lastState"] = {"terminated": {"exitCode": exit_code, "reason": reason,
+                                           "finishedAt": "2026-01-01T12:00:00Z"}}
+    status["initContainerStatuses"][1]["state"] = {"running": {}}
+
+
+def trainer_started(cluster: FakeCluster, index: int) -> None:
+    status = pod_of(cluster, index)["status"]
+    status["initContainerStatuses"][1]["state"] = {"terminated": {"exitCode": 0}}
+    status["containerStatuses"][0]["state"] = {"running": {}}
+    status["containerStatuses"][0]["containerID"] = "containerd://new"
+
+
+def annotation(cluster: FakeCluster, index: int, key: str) -> str:
+    return str(pod_of(cluster, index)["metadata"]["annotations"].get(key))
+
+
+def test_a_crash_restarts_the_same_pods_once_every_old_trainer_stopped() -> None:
+    cluster = running(restartPolicy={"backoffSeconds": 0})
+    uids = {n: p["metadata"]["uid"] for n, p in cluster.pods.items()}
+    held(cluster, 1)  # worker-1 crashed: its kubelet restarted its containers at once
+    step(cluster)
+    status = cluster.status
+    assert (status["groupGeneration"], status["restarts"], status["restartPath"]) == \
+        (1, 1, "InPlace")
+    assert cluster.events[-1][2].endswith("; restarting the group in place")
+    step(cluster)  # moves the pods to generation 1: their agents restart their containers
+    assert cluster.generations() == dict.fromkeys(PODS, "1")
+    assert all(annotation(cluster, i, names.ANNOTATION_RELEASED) == "0" for i in range(3))
+    held(cluster, 0)
+    step(cluster)  # worker-2's old trainer still runs: nothing is released
+    assert annotation(cluster, 0, names.ANNOTATION_RELEASED) == "0"
+    assert cluster.status["phase"] == "Restarting"
+    held(cluster, 2)
+    step(cluster)
+    assert [annotation(cluster, i, names.ANNOTATION_RELEASED) for i in range(3)] == ["1"] * 3
+    # Each trainer's restart count as released: a higher one is this generation's end.
+    assert annotation(cluster, 1, names.ANNOTATION_TRAINER_RESTARTS) == str(
+        pod_of(cluster, 1)["status"]["containerStatuses"][0]["restartCount"])
+    assert "inPlaceSince" not in cluster.status or cluster.status["inPlaceSince"] is None
+    for i in range(3):
+        trainer_started(cluster, i)
+    step(cluster)
+    assert cluster.status["phase"] == "Running"
+    assert {n: p["metadata"]["uid"] for n, p in cluster.pods.items()} == uids
+    assert cluster.created_pods == PODS  # the first group's, and no more
+
+
+def test_a_trainer_of_the_released_generation_that_fails_is_a_failure_of_that_generation(
+) -> None:
+    cluster = running(restartPolicy={"backoffSeconds": 0})
+    held(cluster, 1)
+    step(cluster)
+    step(cluster)
+    for i in range(3):
+        held(cluster, i)
+    step(cluster)  # released
+    for i in range(3):
+        trainer_started(cluster, i)
+    step(cluster)
+    held(cluster, 2, exit_code=7)  # generation 1's worker-2 fails; the gate holds its pod
+    step(cluster)
+    status = cluster.status
+    assert (status["groupGeneration"], status["restarts"]) == (2, 2)
+    assert (status["lastFailure"]["worker"], status["lastFailure"]["exitCode"],
+            status["lastFailure"]["generation"]) == (2, 7, 1)
+
+
+def test_the_backoff_holds_the_release() -> None:
+    cluster = running(restartPolicy={"backoffSeconds": 10})
+    held(cluster, 1)
+    step(cluster)
+    step(cluster)
+    for i in (0, 2):
+        held(cluster, i)
+    step(cluster)
+    assert annotation(cluster, 0, names.ANNOTATION_RELEASED) == "0"
+    step(cluster, 9)
+    assert annotation(cluster, 0, names.ANNOTATION_RELEASED) == "1"
+
+
+def test_an_old_trainer_that_does_not_stop_in_time_makes_the_group_recreated() -> None:
+    cluster = running(restartPolicy={"backoffSeconds": 0})
+    held(cluster, 1)
+    step(cluster)
+    step(cluster)
+    held(cluster, 0)
+    step(cluster, STOP_BOUND.total_seconds())
+    status = cluster.status
+    assert (status["groupGeneration"], status["restarts"], status["restartPath"]) == \
+        (2, 1, "Recreate")
+    reason, message = cluster.events[-1][1:]
+    assert reason == "InPlaceRestartAbandoned"
+    assert "worker-2 had not stopped 30s after the restart began" in message
+    step(cluster)
+    assert all("deletionTimestamp" in p["metadata"] for p in cluster.pods.values())
+
+
+def test_a_pod_deleted_while_the_group_stops_makes_the_group_recreated() -> None:
+    cluster = running(restartPolicy={"backoffSeconds": 0})
+    held(cluster, 1)
+    step(cluster)
+    step(cluster)
+    cluster.user_deletes(0)
+    step(cluster)
+    assert cluster.status["restartPath"] == "Recreate"
+    assert "worker-0's pod was disrupted (Deleted)" in cluster.events[-1][2]
+
+
+def test_a_node_without_the_kubelet_feature_recreates_saying_why() -> None:
+    cluster = running(restartPolicy={"backoffSeconds": 0})
+    on_kubelet(cluster, "v1.35.2")
+    held(cluster, 1)
+    step(cluster)
+    assert cluster.status["restartPath"] == "Recreate"
+    assert cluster.events[-1][2].endswith(
+        "recreating the group's pods: the kubelet of node node-1 is v1.35.2, older than v1.36")
+    step(cluster)
+    assert all("deletionTimestamp" in p["metadata"] for p in cluster.pods.values())
+
+
+# --- which path (decide/inplace.py) ---
+
+
+def _worker(index: int = 0, **fields: Any) -> WorkerState:
+    base: dict[str, Any] = {"phase": WorkerPhase.RUNNING, "pod": f"p{index}", "node": "n1",
+                            "agent": True, "digest": "d"}
+    return WorkerState(index, **(base | fields))
+
+
+TROUBLE = NodeTrouble("n1", "NotReady", None, "")
+
+
+@pytest.mark.parametrize(("spec", "worker", "kw", "why"), [
+    ({}, _worker(), {}, None),
+    ({}, _worker(phase=WorkerPhase.FAILED, exit_code=1), {}, None),
+    ({"restartPolicy": {"mode": "Recreate"}}, _worker(), {},
+     "spec.restartPolicy.mode is Recreate"),
+    ({}, _worker(), {"gang": True}, "gang scheduling places each generation as a new PodGroup"),
+    ({}, WorkerState(0, WorkerPhase.MISSING), {}, "worker-0 has no pod"),
+    ({}, _worker(terminating=True), {}, "worker-0's pod is being deleted"),
+    ({}, _worker(phase=WorkerPhase.DISRUPTED, reason="Evicted"), {},
+     "worker-0's pod was disrupted (Evicted)"),
+    ({}, _worker(pod_ended=True, phase=WorkerPhase.FAILED), {}, "worker-0's pod is ended"),
+    ({}, _worker(phase=WorkerPhase.PENDING, node=""), {}, "worker-0's pod is pending"),
+    ({}, _worker(agent=False), {}, "worker-0's pod has no in-place agent"),
+    ({}, _worker(digest="old"), {}, "worker-0's pod was created from an earlier template"),
+    ({}, _worker(), {"troubles": {"n1": TROUBLE}}, "worker-0's node n1 is NotReady"),
+    ({}, _worker(), {"kubelets": {"n1": "kwok-v0.7.0"}},
+     "the kubelet of node n1 is kwok-v0.7.0, older than v1.36"),
+])
+def test_when_a_group_restarts_in_place(spec: Manifest, worker: WorkerState, kw: Manifest,
+                                        why: str | None) -> None:
+    args: dict[str, Any] = {"troubles": {}, "kubelets": {"n1": KUBELET}, "gang": False} | kw
+    found = in_place_blocker(make_spec(**spec), (worker,), "d", **args)
+    assert (found is None) if why is None else (found is not None and found.startswith(why))
+
+
+# --- what a pod with the agent says (observe.py) ---
+
+
+def _pod(generation: int, released: int, gate: str, trainer: Manifest,
+         baseline: int = 0) -> Manifest:
+    job = make_job()
+    pod = render_worker_pod(job, 0, generation, owner_reference(job))
+    pod["metadata"] |= {"uid": "u", "creationTimestamp": "2026-01-01T11:00:00Z"}
+    pod["metadata"]["annotations"] |= {names.ANNOTATION_RELEASED: str(released),
+                                       names.ANNOTATION_TRAINER_RESTARTS: str(baseline)}
+    pod["spec"]["nodeName"] = "n1"
+    pod["status"] = {"phase": "Running", "hostIP": "10.0.0.1",
+                     "conditions": [{"type": "PodScheduled", "status": "True"}],
+                     "initContainerStatuses": [
+                         {"name": names.AGENT_CONTAINER, "state": {"running": {}}},
+                         {"name": names.GATE_CONTAINER, "state": {gate: {}}}],
+                     "containerStatuses": [{"name": "tensorflow", **trainer}]}
+    return pod
+
+
+OLD_RUN = {"state": {"running": {}}, "restartCount": 0}
+HELD = {"state": {"waiting": {"reason": "PodInitializing"}}, "restartCount": 1,
+        "lastState": {"terminated": {"exitCode": 3, "reason": "Error"}}}
+REMOVED = {"state": {"waiting": {"reason": "RestartingAllContainers"}}, "restartCount": 1,
+           "lastState": {"terminated": {"exitCode": 137, "reason": "RestartingAllContainers"}}}
+
+
+@pytest.mark.parametrize(("pod", "phase", "reason", "exit_code"), [
+    (_pod(1, 0, "terminated", OLD_RUN), WorkerPhase.STARTING, "StoppingOldTrainer", None),
+    (_pod(1, 0, "running", HELD), WorkerPhase.STARTING, "WaitingForRelease", None),
+    # Released: the gate opens in a moment; the trainer's count is the one released with.
+    (_pod(1, 1, "running", HELD, baseline=1), WorkerPhase.STARTING, "PodInitializing", None),
+    (_pod(1, 1, "terminated", {"state": {"running": {}}, "restartCount": 1}, baseline=1),
+     WorkerPhase.RUNNING, "", None),
+    # This generation's trainer ended; the kubelet restarted the containers, the gate holds.
+    (_pod(1, 1, "running", {**HELD, "restartCount": 2}, baseline=1), WorkerPhase.FAILED,
+     "Error", 3),
+    (_pod(1, 1, "running", {**REMOVED, "restartCount": 2}, baseline=1), WorkerPhase.FAILED,
+     "RestartedInPlace", None),
+    # The first generation's trainer failed (nothing was released after creation).
+    (_pod(0, 0, "running", HELD), WorkerPhase.FAILED, "Error", 3),
+])
+def test_a_pod_with_the_agent_is_judged_by_its_generation(
+        pod: Manifest, phase: WorkerPhase, reason: str, exit_code: int | None) -> None:
+    state = classify(pod, 0, "tensorflow")
+    assert (state.phase, state.reason, state.exit_code) == (phase, reason, exit_code)
+
+
+def test_in_place_pods_carry_the_agent_and_the_trainer_s_rule() -> None:
+    job = make_job(checkpoint={"claimName": "ckpt"})
+    pod = render_worker_pod(job, 0, 4, owner_reference(job))
+    agent, gate = pod["spec"]["initContainers"][:2]
+    assert (agent["name"], agent["restartPolicy"], agent["command"][-1]) == \
+        ("mwj-agent", "Always", "watch")
+    assert agent["restartPolicyRules"] == [{"action": "RestartAllContainers", "exitCodes": {
+        "operator": "In", "values": [86]}}]
+    assert (gate["name"], gate["command"][-1], "restartPolicy" in gate) == \
+        ("mwj-gate", "gate", False)
+    trainer = pod["spec"]["containers"][0]
+    assert (trainer["restartPolicy"], trainer["restartPolicyRules"]) == ("Never", [
+        {"action": "RestartAllContainers", "exitCodes": {"operator": "NotIn", "values": [0]}}])
+    count = next(e for e in trainer["env"] if e["name"] == "MWJ_RESTART_COUNT")
+    assert count["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.labels['multiworker.dev/group-generation']"
+    assert pod["metadata"]["annotations"][names.ANNOTATION_POD_DIGEST] == pod_digest(job, None)
+    assert pod["spec"]["volumes"][-1]["name"] == "mwj-checkpoint"
+
+
+def test_recreate_mode_renders_plain_pods() -> None:
+    job = make_job(restartPolicy={"mode": "Recreate"})
+    pod = render_worker_pod(job, 0, 4, owner_reference(job))
+    trainer = pod["spec"]["containers"][0]
+    assert "initContainers" not in pod["spec"] and "restartPolicyRules" not in trainer
+    assert {"name": "MWJ_RESTART_COUNT", "value": "4"} in trainer["env"]
+
+
+def test_the_digest_changes_with_the_template_and_the_image() -> None:
+    job = make_job()
+    edited = make_job(template={"spec": {"containers": [{"name": "tensorflow",
+                                                         "image": "other"}]}})
+    assert pod_digest(job, None) != pod_digest(edited, None)
+    assert pod_digest(job, None) != pod_digest(job, "sha256:abc")
+    assert pod_digest(job, None) == pod_digest(make_job(), None)

@@ -58,3 +58,29 @@ def test_sigterm_on_one_worker_checkpoints_the_group_and_restart_resumes(
             ("2", str(2 * per_epoch)),
         ]
         assert "target reached" in log
+
+
+@pytest.mark.timeout(180)
+def test_sigterm_of_a_trainer_superseded_in_place_exits_at_once(
+    launcher: Launcher, tmp_path: Path, report: Any
+) -> None:
+    """Its pod already holds a newer generation (an in-place restart, docs/contracts.md): the
+    group is broken, so the trainer stops without trying to agree on a checkpoint."""
+    generation_file = tmp_path / "generation"
+    generation_file.write_text("0")
+    env = {"MWJ_POD_GENERATION_FILE": str(generation_file)}
+    workers = launcher.start(2, checkpoint_dir=tmp_path / "checkpoints", env=env,
+                             args=("--epochs", "2", "--steps-per-epoch", "400",
+                                   "--step-sleep", "0.05"))
+    wait_for(lambda: (step_of(workers[0]) or 0) >= 10, timeout=120, interval=0.2,
+             describe=launcher.logs)
+    generation_file.write_text("1")
+    workers[1].signal(signal.SIGTERM)
+    sent_at = time.monotonic()
+    code = workers[1].wait(timeout=30)
+    seconds = time.monotonic() - sent_at
+    report(f"superseded worker 1: SIGTERM -> exit {code} in {seconds:.2f}s")
+    assert code == 143, launcher.logs()
+    assert "restarts in place as a newer generation" in workers[1].log()
+    assert "checkpointed step" not in workers[1].log()
+    workers[0].signal(signal.SIGKILL)

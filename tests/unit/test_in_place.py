@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from multiworker.api import names
+from multiworker.clients.informer import slim_node, slim_pod
 from multiworker.decide.inplace import STOP_BOUND, in_place_blocker
 from multiworker.decide.nodes import NodeTrouble
 from multiworker.decide.observe import WorkerPhase, WorkerState, classify
@@ -99,6 +100,17 @@ def test_a_crash_restarts_the_same_pods_once_every_old_trainer_stopped() -> None
     assert cluster.status["phase"] == "Running"
     assert {n: p["metadata"]["uid"] for n, p in cluster.pods.items()} == uids
     assert cluster.created_pods == PODS  # the first group's, and no more
+
+
+def test_a_trainer_exit_seen_before_its_kubelet_restarts_the_containers_is_in_place() -> None:
+    """The pod's only container has exited, the phase is still Running: the trainer's rule
+    restarts it, so the pod has not ended."""
+    cluster = running()
+    pod_of(cluster, 1)["status"]["containerStatuses"][0]["state"] = {"terminated": {
+        "exitCode": 137, "reason": "Error", "finishedAt": "2026-01-01T12:00:00Z"}}
+    step(cluster)
+    assert (cluster.status["restartPath"], cluster.status["lastFailure"]["exitCode"]) == \
+        ("InPlace", 137)
 
 
 def test_a_trainer_of_the_released_generation_that_fails_is_a_failure_of_that_generation(
@@ -257,6 +269,8 @@ def test_a_pod_with_the_agent_is_judged_by_its_generation(
         pod: Manifest, phase: WorkerPhase, reason: str, exit_code: int | None) -> None:
     state = classify(pod, 0, "tensorflow")
     assert (state.phase, state.reason, state.exit_code) == (phase, reason, exit_code)
+    assert classify(slim_pod(pod), 0, "tensorflow") == state  # as the operator's cache has it
+    assert state.agent
 
 
 def test_in_place_pods_carry_the_agent_and_the_trainer_s_rule() -> None:
@@ -277,6 +291,12 @@ def test_in_place_pods_carry_the_agent_and_the_trainer_s_rule() -> None:
         "metadata.labels['multiworker.dev/group-generation']"
     assert pod["metadata"]["annotations"][names.ANNOTATION_POD_DIGEST] == pod_digest(job, None)
     assert pod["spec"]["volumes"][-1]["name"] == "mwj-checkpoint"
+
+
+def test_the_node_cache_keeps_the_kubelet_version() -> None:
+    node = {"metadata": {"name": "n1"}, "status": {"nodeInfo": {"kubeletVersion": KUBELET,
+                                                                "osImage": "Debian"}}}
+    assert slim_node(node)["status"]["nodeInfo"] == {"kubeletVersion": KUBELET}
 
 
 def test_recreate_mode_renders_plain_pods() -> None:

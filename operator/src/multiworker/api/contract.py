@@ -29,6 +29,11 @@ MWJ_COLLECTIVE_TIMEOUT_SECONDS = "MWJ_COLLECTIVE_TIMEOUT_SECONDS"
 # The node the pod runs on (the downward API's spec.nodeName): named in the runtime's words
 # when a checkpoint volume is not shared between nodes.
 MWJ_NODE_NAME = "MWJ_NODE_NAME"
+# Pods restarted in place (spec.restartPolicy.mode InPlace): a file that holds the pod's
+# generation as it is now (its label, through a downwardAPI volume). A trainer stopped while it
+# is higher than MWJ_RESTART_COUNT was superseded by an in-place restart of its broken group:
+# there is nothing to checkpoint together, so the runtime exits at once.
+MWJ_POD_GENERATION_FILE = "MWJ_POD_GENERATION_FILE"
 # Never set by the operator: every worker's progress port, by index, for groups whose workers
 # share one host (tests, a laptop). Unset: each peer serves on MWJ_PROGRESS_PORT.
 MWJ_PROGRESS_PORTS = "MWJ_PROGRESS_PORTS"

@@ -51,15 +51,15 @@ def slim(obj: Manifest) -> Manifest:
 _POD_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
              "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds")
 _POD_STATUS = ("phase", "reason", "message", "hostIP", "podIP", "conditions")
-_CONTAINER_STATUS = ("name", "state", "imageID", "ready")
+_CONTAINER_STATUS = ("name", "state", "lastState", "restartCount", "imageID", "ready")
 
 
 def slim_pod(pod: Manifest) -> Manifest:
     """A pod as observe.py and placement.py read it, and nothing more: a cache of 8,000 pods
     must not keep their commands, env, volumes or users' annotations (up to 256 KiB each).
     Metadata: identity, labels, owners, times and the operator's own annotations; spec: node,
-    scheduler, the containers' names and resources; status: phase, reason, addresses,
-    conditions and each container's state and image."""
+    scheduler, the containers' names, resources and restart rules; status: phase, reason,
+    addresses, conditions and each container's state, last state, restart count and image."""
     meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
     kept_meta: Manifest = {k: meta[k] for k in _POD_META if k in meta}
     ours = {k: v for k, v in (meta.get("annotations") or {}).items()
@@ -69,7 +69,9 @@ def slim_pod(pod: Manifest) -> Manifest:
     kept_spec: Manifest = {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec}
     for key in ("containers", "initContainers"):
         if key in spec:
-            kept_spec[key] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
+            kept_spec[key] = [{"name": c.get("name"), "resources": c.get("resources") or {},
+                               **({"restartPolicyRules": c["restartPolicyRules"]}
+                                  if c.get("restartPolicyRules") else {})}
                               for c in spec[key]]
     kept_status: Manifest = {k: status[k] for k in _POD_STATUS if k in status}
     for key in ("containerStatuses", "initContainerStatuses"):
@@ -80,8 +82,8 @@ def slim_pod(pod: Manifest) -> Manifest:
 
 
 def slim_node(node: Manifest) -> Manifest:
-    """A node as lost-node detection and GPU placement read it: labels, taints, whether it is
-    cordoned, conditions and allocatable resources."""
+    """A node as lost-node detection, GPU placement and in-place restarts read it: labels,
+    taints, whether it is cordoned, conditions, allocatable resources, its kubelet's version."""
     meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, \
         node.get("status") or {}
     return {"metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion", "labels",
@@ -89,7 +91,9 @@ def slim_node(node: Manifest) -> Manifest:
             "spec": {"taints": spec.get("taints", []),
                      "unschedulable": spec.get("unschedulable", False)},
             "status": {"conditions": status.get("conditions", []),
-                       "allocatable": status.get("allocatable", {})}}
+                       "allocatable": status.get("allocatable", {}),
+                       "nodeInfo": {"kubeletVersion": (status.get("nodeInfo") or {})
+                                    .get("kubeletVersion", "")}}}
 
 
 @dataclass

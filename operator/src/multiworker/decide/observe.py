@@ -247,7 +247,7 @@ def classify(pod: Pod, index: int, container: str) -> WorkerState:
                    node=(pod.get("spec") or {}).get("nodeName") or "",
                    scheduled_at=_scheduled_at(pod.get("status", {})),
                    image_id=(trainer or {}).get("imageID") or "",
-                   pod_ended=_pod_ended(pod.get("status", {})),
+                   pod_ended=_pod_ended(pod.get("status", {}), restartable=_has_agent(pod)),
                    progress_port=_int((meta.get("annotations") or {})
                                       .get(names.ANNOTATION_PROGRESS_PORT)))
 
@@ -383,11 +383,15 @@ def _starting(
                        message=message)
 
 
-def _pod_ended(status: Mapping[str, Any]) -> bool:
+def _pod_ended(status: Mapping[str, Any], restartable: bool) -> bool:
+    """`restartable`: the pod's failed containers restart its containers (the in-place
+    agent's rules), so only a phase or exits that are all 0 end it."""
     if status.get("phase") in ("Succeeded", "Failed"):
         return True
     containers = status.get("containerStatuses") or []
-    return bool(containers) and all("terminated" in (c.get("state") or {}) for c in containers)
+    return bool(containers) and all(
+        "terminated" in (c.get("state") or {})
+        and not (restartable and c["state"]["terminated"].get("exitCode")) for c in containers)
 
 
 def _waiting_reasons(status: Mapping[str, Any]) -> list[tuple[str, str]]:

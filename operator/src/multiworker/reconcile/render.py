@@ -138,6 +138,8 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
     restart_count = {"name": contract.MWJ_RESTART_COUNT, "valueFrom": {"fieldRef": {
         "fieldPath": f"metadata.labels['{names.LABEL_GROUP_GENERATION}']"}}} \
         if in_place(job) else {"name": contract.MWJ_RESTART_COUNT, "value": str(generation)}
+    if in_place(job):
+        values[contract.MWJ_POD_GENERATION_FILE] = f"{_POD_INFO_PATH}/generation"
     return [addresses, node, restart_count,
             *({"name": name, "value": value} for name, value in values.items())]
 
@@ -270,6 +272,9 @@ def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> None:
     pod_spec["initContainers"] = [watcher, agent(names.GATE_CONTAINER, "gate"),
                                   *(c for c in pod_spec.get("initContainers", [])
                                     if c.get("name") not in ours)]
+    # The trainer reads its pod's generation too (MWJ_POD_GENERATION_FILE).
+    trainer["volumeMounts"] = [*(m for m in trainer.get("volumeMounts", [])
+                                 if m.get("name") != names.AGENT_POD_INFO_VOLUME), mounts[0]]
     trainer["restartPolicy"] = "Never"
     trainer["restartPolicyRules"] = [{"action": "RestartAllContainers", "exitCodes": {
         "operator": "NotIn", "values": [0]}}]

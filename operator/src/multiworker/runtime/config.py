@@ -24,6 +24,7 @@ from multiworker.api.contract import (
     MWJ_NODE_NAME,
     MWJ_NUM_WORKERS,
     MWJ_PEER_TIMEOUT_SECONDS,
+    MWJ_POD_GENERATION_FILE,
     MWJ_PROGRESS_PORT,
     MWJ_PROGRESS_PORTS,
     MWJ_RESTART_COUNT,
@@ -71,6 +72,8 @@ class RuntimeConfig:
     """Another run's checkpoint directory this job may restore from on purpose."""
     node_name: str | None = None
     """The node this pod runs on (MWJ_NODE_NAME); None when unknown (outside Kubernetes)."""
+    pod_generation_file: str | None = None
+    """MWJ_POD_GENERATION_FILE: the pod's generation as it is now (in-place restarts)."""
 
     @property
     def num_workers(self) -> int:
@@ -110,6 +113,7 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
         job_namespace=environ.get(MWJ_JOB_NAMESPACE, ""),
         job_uid=environ.get(MWJ_JOB_UID, ""),
         resume_from_dir=environ.get(MWJ_RESUME_FROM_DIR) or None,
+        pod_generation_file=environ.get(MWJ_POD_GENERATION_FILE) or None,
         node_name=environ.get(MWJ_NODE_NAME) or None,
         worker_index=task_index,
         peers=peers,
@@ -297,3 +301,15 @@ def _seconds(environ: Mapping[str, str], name: str, default: float, problems: li
         problems.append(f"{name}: {raw!r} must be a positive, finite number of seconds")
         return default
     return value
+
+
+def superseded(config: RuntimeConfig) -> bool:
+    """Whether this pod has moved to a newer generation than this trainer's (an in-place
+    restart of its group is stopping it). False when nothing says so."""
+    if config.pod_generation_file is None:
+        return False
+    try:
+        with open(config.pod_generation_file) as f:
+            return int(f.read().strip()) > config.restart_count
+    except (OSError, ValueError):
+        return False

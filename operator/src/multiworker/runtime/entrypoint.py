@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import NoReturn
 
 from multiworker.api.contract import FINAL_REPORT_PREFIX
-from multiworker.runtime.config import RuntimeConfig, load_config
+from multiworker.runtime.config import RuntimeConfig, load_config, superseded
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.errors import ConfigError, ExitCode, RuntimeFailure
 from multiworker.runtime.exits import exit_now, write_termination_message
@@ -38,7 +38,7 @@ def run(
     context = WorkerContext(
         config=config,
         progress=ProgressBoard(config.worker_index, config.restart_count),
-        stop=StopSignal(),
+        stop=StopSignal(superseded=lambda: superseded(config)),
     )
     serve_progress(context.progress, config.progress_port)
     log.info(

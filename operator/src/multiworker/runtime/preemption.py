@@ -11,6 +11,7 @@ import logging
 import math
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 from multiworker.runtime.errors import ExitCode
@@ -20,10 +21,13 @@ log = logging.getLogger(__name__)
 
 
 class StopSignal:
-    """Set by the first SIGTERM; a second SIGTERM exits at once (the caller has lost patience)."""
+    """Set by the first SIGTERM; a second SIGTERM exits at once (the caller has lost patience),
+    and so does the first when `superseded()` says an in-place restart of the group is what
+    stops this trainer (the group is broken: no step can be agreed on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, superseded: Callable[[], bool] = lambda: False) -> None:
         self._requested = threading.Event()
+        self._superseded = superseded
 
     def install(self) -> None:
         """Takes over SIGTERM. Call after TF's runtime started: its coordination service
@@ -39,6 +43,10 @@ class StopSignal:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested():
             log.warning("second SIGTERM: exiting without a checkpoint")
+            exit_now(ExitCode.PREEMPTED)
+        if self._superseded():
+            log.warning("SIGTERM: the group restarts in place as a newer generation: exiting "
+                        "at once (a broken group cannot checkpoint together)")
             exit_now(ExitCode.PREEMPTED)
         log.warning("SIGTERM: will checkpoint and stop at the next step all workers agree on")
         self.request()

@@ -1,0 +1,215 @@
+"""In-place vs recreate: SIGKILL one trainer of the CPU example, time until the new generation
+trains (local real cluster, real TensorFlow pods; not part of CI).
+
+    .venv/bin/python tests/bench/bench_in_place.py [--kills 5] [--workers 3]
+
+Needs the local cluster (make cluster-up) with the worker image loaded (make images-load).
+Runs the real operator for a fresh namespace with a hostPath checkpoint claim. Per kill,
+alternating spec.restartPolicy.mode InPlace and Recreate: applies examples/cpu-job.yaml (as
+`--workers` workers, 200 epochs so it outlasts the measurement, backoffSeconds 0 so the
+restart policy's wait is not counted), waits for its first checkpoint, SIGKILLs worker-1's
+trainer (t = 0, when `kubectl exec pkill` returned) and polls the API and every worker's
+GET /progress every 50 ms:
+
+- seen: the operator moved the job to the next generation;
+- stopped: in place, the generation released in every pod (every old trainer stopped);
+  recreate, every old pod gone;
+- ready: every pod of the new generation has its trainer running;
+- step: a worker of the new generation reports a training step past the one it restored
+  (the collective of the new group works: MultiWorkerMirroredStrategy steps together).
+
+Prints one row per kill, then the median and max of each path and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.bench.harness import (
+    GROUP,
+    JOB_LABEL,
+    PLURAL,
+    REPO,
+    VERSION,
+    Cluster,
+    Obj,
+    operator,
+)
+
+POLL = 0.05
+GENERATION = "multiworker.dev/group-generation"
+RELEASED = "multiworker.dev/released-generation"
+MODES = ("InPlace", "Recreate")
+PHASES = ("seen", "stopped", "ready", "step")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kills", type=int, default=5, help="kills per path (default 5)")
+    parser.add_argument("--workers", type=int, default=3, help="workers (default 3)")
+    parser.add_argument("--timeout", type=float, default=180)
+    return parser.parse_args(argv)
+
+
+def job_manifest(name: str, workers: int, mode: str) -> Obj:
+    job: Obj = yaml.safe_load((REPO / "examples" / "cpu-job.yaml").read_text())
+    job["metadata"]["name"] = name
+    job["spec"]["workers"] = workers
+    job["spec"]["restartPolicy"] |= {"backoffSeconds": 0, "mode": mode}
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [{"name": "TRAIN_EPOCHS", "value": "200"}]
+    trainer["resources"]["requests"] = {"cpu": "100m", "memory": "512Mi"}
+    return job
+
+
+def claim(cluster: Cluster, namespace: str, shared: Path) -> None:
+    volume = {"apiVersion": "v1", "kind": "PersistentVolume",
+              "metadata": {"name": f"bench-{namespace}"[:63]},
+              "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                       "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+                       "claimRef": {"namespace": namespace, "name": "checkpoints"},
+                       "hostPath": {"path": str(shared), "type": "DirectoryOrCreate"}}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": "checkpoints", "namespace": namespace},
+           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                    "resources": {"requests": {"storage": "1Gi"}}}}
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                          "items": [volume, pvc]}))
+
+
+def pods(cluster: Cluster, namespace: str, job: str) -> list[Obj]:
+    response: Any = cluster.core.list_namespaced_pod(
+        namespace, label_selector=f"{JOB_LABEL}={job}", _preload_content=False)
+    return list(json.loads(response.data)["items"])
+
+
+def status(cluster: Cluster, namespace: str, job: str) -> Obj:
+    found: Any = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                              job)
+    return dict(found.get("status") or {})
+
+
+def progress(pod: Obj) -> Obj | None:
+    ip = pod.get("status", {}).get("podIP")
+    if not ip:
+        return None
+    try:
+        with urllib.request.urlopen(f"http://{ip}:8471/progress", timeout=0.3) as answer:
+            return dict(json.loads(answer.read()))
+    except (OSError, ValueError):
+        return None
+
+
+def trainer_running(pod: Obj) -> bool:
+    return any(c.get("name") == "tensorflow" and "running" in (c.get("state") or {})
+               for c in pod.get("status", {}).get("containerStatuses") or [])
+
+
+@dataclass
+class Kill:
+    mode: str
+    times: dict[str, float]
+    uids_kept: bool
+
+
+def one_kill(cluster: Cluster, namespace: str, workers: int, mode: str,
+             timeout: float) -> Kill:
+    name = f"k{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("-n", namespace, "apply", "-f", "-",
+                    stdin=json.dumps(job_manifest(name, workers, mode)))
+    deadline = time.monotonic() + timeout
+    while not (status(cluster, namespace, name).get("progress") or {}).get("lastCheckpointStep"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name}: no checkpoint in {timeout}s")
+        time.sleep(0.5)
+    before = {p["metadata"]["uid"] for p in pods(cluster, namespace, name)}
+    cluster.kubectl("-n", namespace, "exec", f"{name}-worker-1", "-c", "tensorflow", "--",
+                    "pkill", "-KILL", "-f", "digits.py")
+    t0, times = time.monotonic(), {}
+    deadline = t0 + timeout
+    while "step" not in times:
+        now = time.monotonic()
+        if now > deadline:
+            raise TimeoutError(f"{name} ({mode}): only {sorted(times)} after {timeout}s")
+        s = status(cluster, namespace, name)
+        new = s.get("groupGeneration", 0)
+        if new >= 1:
+            times.setdefault("seen", now - t0)
+        found = pods(cluster, namespace, name)
+        current = [p for p in found if p["metadata"]["labels"].get(GENERATION) == str(new)]
+        if new >= 1 and "stopped" not in times and (
+                len(current) == len(found) == workers if mode == "Recreate" else
+                all(p["metadata"].get("annotations", {}).get(RELEASED) == str(new)
+                    for p in found) and len(found) == workers):
+            times["stopped"] = now - t0
+        if "stopped" in times and "ready" not in times and len(current) == workers \
+                and all(trainer_running(p) for p in current):
+            times["ready"] = now - t0
+        if "ready" in times:
+            for pod in current:
+                report = progress(pod) or {}
+                if report.get("generation") == new and \
+                        report.get("step", 0) > report.get("restoredFromStep", 0) > 0:
+                    times["step"] = time.monotonic() - t0
+                    break
+        time.sleep(POLL)
+    after = {p["metadata"]["uid"] for p in pods(cluster, namespace, name)}
+    cluster.kubectl("-n", namespace, "delete", "mwj", name, "--wait=true", "--timeout=120s",
+                    check=False)
+    return Kill(mode, times, after == before)
+
+
+def main() -> None:
+    args = parse_args()
+    kubeconfig = REPO / ".cluster" / "kubeconfig"
+    cluster = Cluster(kubeconfig)
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    cluster.wait_established(f"{PLURAL}.{GROUP}")
+    namespace = f"bench-inplace-{uuid.uuid4().hex[:5]}"
+    cluster.kubectl("create", "namespace", namespace)
+    shared = Path(tempfile.mkdtemp(prefix="mwj-bench-ckpt-"))
+    claim(cluster, namespace, shared)
+    log = Path(tempfile.mkdtemp(prefix="mwj-bench-")) / "operator.log"
+    kills: list[Kill] = []
+    try:
+        with operator(cluster, namespace, log):
+            for i in range(2 * args.kills):
+                kill = one_kill(cluster, namespace, args.workers, MODES[i % 2], args.timeout)
+                kills.append(kill)
+                row = "  ".join(f"{p} {kill.times.get(p, float('nan')):6.2f}s" for p in PHASES)
+                print(f"{kill.mode:9} {row}  same pods: {kill.uids_kept}", flush=True)
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        print(f"operator log: {log}")
+    print(f"\nSIGKILL of worker-1's trainer -> ..., {args.workers} workers, "
+          f"{args.kills} kills per path (seconds)")
+    print(f"{'path':9} " + "  ".join(f"{p + ' med':>10} {p + ' max':>9}" for p in PHASES))
+    medians = {}
+    for mode in MODES:
+        rows = [k.times for k in kills if k.mode == mode]
+        cells = []
+        for phase in PHASES:
+            values = [r[phase] for r in rows]
+            medians[(mode, phase)] = statistics.median(values)
+            cells.append(f"{statistics.median(values):10.2f} {max(values):9.2f}")
+        print(f"{mode:9} " + "  ".join(cells))
+    print("in place / recreate (medians): " + "  ".join(
+        f"{p} {medians[('InPlace', p)] / medians[('Recreate', p)]:.2f}" for p in PHASES))
+
+
+if __name__ == "__main__":
+    main()

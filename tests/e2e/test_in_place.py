@@ -1,0 +1,104 @@
+"""A group restarted in its own pods (spec.restartPolicy.mode InPlace, the default) and
+recreated (Recreate), with real TensorFlow pods: the same pod uids, a new generation the trainer
+sees, training resumed from the checkpoint, and the path taken in the status and the Event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_recovery import (
+    WORKER_IMAGE,
+    assert_resumed_and_succeeded,
+    signal_worker,
+    tf_job,
+    wait_checkpointed,
+)
+from tests.integration.jobs import Jobs
+
+pytestmark = pytest.mark.usefixtures("worker_image", "operator")
+
+# A training script that knows nothing of multiworker: TF_CONFIG for the strategy, Keras's
+# BackupAndRestore on the shared claim to resume, the way TensorFlow's own guide does it.
+PLAIN_SCRIPT = """
+import json, os, sys, time
+import numpy as np
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+backup = os.path.join(os.environ["BACKUP_ROOT"], "backup")
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+class Slow(tf.keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(0.1)
+    def on_epoch_begin(self, epoch, logs=None):
+        print(f"epoch {epoch}", flush=True)
+x, y = np.ones((640, 4), "float32"), np.ones((640, 1), "float32")
+model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat(), epochs=8,
+          steps_per_epoch=20, verbose=0,
+          callbacks=[Slow(), tf.keras.callbacks.BackupAndRestore(backup)])
+print("done", flush=True)
+"""
+
+
+def uids(jobs: Jobs, name: str) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in jobs.pods(name)}
+
+
+def restart_events(jobs: Jobs, name: str) -> list[str]:
+    return [m for _, _, m in jobs.events(name) if m.startswith("restarting group")]
+
+
+def test_a_killed_trainer_restarts_the_group_in_its_own_pods(
+    jobs: Jobs, checkpoint_claim: str
+) -> None:
+    jobs.apply(tf_job("inplace"))
+    wait_checkpointed(jobs, "inplace")
+    before = uids(jobs, "inplace")
+    signal_worker(jobs, "inplace", 1, "SIGKILL")
+    # The new generation's trainers run in the same pods and see their generation.
+    jobs.wait("inplace", "generation 1 running", lambda s: s if s.get("groupGeneration") == 1
+              and s.get("phase") == "Running" else None, timeout=120)
+    assert uids(jobs, "inplace") == before
+    seen = jobs.kubectl("exec", "inplace-worker-0", "-c", "tensorflow", "--",
+                        "printenv", "MWJ_RESTART_COUNT").stdout.strip()
+    assert seen == "1"
+    status = assert_resumed_and_succeeded(jobs, "inplace")
+    assert (status["restarts"], status["disruptions"], status["groupGeneration"],
+            status["restartPath"]) == (1, 0, 1, "InPlace"), status
+    assert (status["lastFailure"]["worker"], status["lastFailure"]["exitCode"]) == (1, 137)
+    assert restart_events(jobs, "inplace")[-1].endswith("restarting the group in place")
+
+
+def test_recreate_mode_replaces_the_pods(jobs: Jobs, checkpoint_claim: str) -> None:
+    jobs.apply(tf_job("recreate", restartPolicy={"backoffSeconds": 1, "mode": "Recreate"}))
+    wait_checkpointed(jobs, "recreate")
+    before = uids(jobs, "recreate")
+    signal_worker(jobs, "recreate", 1, "SIGKILL")
+    status = assert_resumed_and_succeeded(jobs, "recreate")
+    assert (status["restarts"], status["restartPath"]) == (1, "Recreate"), status
+    assert not set(uids(jobs, "recreate").values()) & set(before.values())
+    assert restart_events(jobs, "recreate")[-1].endswith("recreating the group's pods")
+
+
+def test_a_plain_tf_config_script_resumes_in_place(jobs: Jobs, checkpoint_claim: str) -> None:
+    manifest: dict[str, Any] = tf_job("plain")
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == WORKER_IMAGE
+    container["args"] = ["python3", "-c", PLAIN_SCRIPT]
+    container["env"] = [{"name": "BACKUP_ROOT", "value": "$(MWJ_CHECKPOINT_DIR)"}]
+    jobs.apply(manifest)
+    jobs.wait("plain", "epoch 2 begun", lambda s: s if "epoch 2" in jobs.kubectl(
+        "logs", "plain-worker-0", "-c", "tensorflow", check=False).stdout else None,
+        timeout=240)
+    before = uids(jobs, "plain")
+    jobs.kubectl("exec", "plain-worker-0", "-c", "tensorflow", "--",
+                 "pkill", "-KILL", "-f", "BackupAndRestore")
+    status = jobs.wait_phase("plain", "Succeeded", timeout=300)
+    assert (status["restarts"], status["restartPath"]) == (1, "InPlace"), status
+    assert uids(jobs, "plain") == before
+    log = jobs.kubectl("logs", "plain-worker-0", "-c", "tensorflow").stdout
+    assert "epoch 0" not in log and "done" in log, log  # resumed past the first epochs

@@ -1,0 +1,102 @@
+"""The in-place agent as the pods run it (runtime/agent.py, as a script with python3): the
+sidecar exits 86 only when a trainer of an older generation may run; the gate opens each
+generation once, when it is released."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from multiworker.reconcile.render import agent_script
+
+
+def start(tmp_path: Path, mode: str) -> subprocess.Popen[bytes]:
+    script = tmp_path / "agent.py"
+    script.write_text(agent_script())
+    env = {"MWJ_AGENT_POD_INFO": str(tmp_path / "pod"),
+           "MWJ_AGENT_STATE": str(tmp_path / "state")}
+    return subprocess.Popen([sys.executable, str(script), mode], env=env,
+                            stdout=subprocess.DEVNULL)
+
+
+def write(tmp_path: Path, **files: int) -> None:
+    for name, value in files.items():
+        folder = tmp_path / ("state" if name == "opened" else "pod")
+        folder.mkdir(exist_ok=True)
+        (folder / name).write_text(str(value))
+
+
+def still_running(proc: subprocess.Popen[bytes], seconds: float = 0.3) -> bool:
+    time.sleep(seconds)
+    return proc.poll() is None
+
+
+@pytest.fixture(autouse=True)
+def folders(tmp_path: Path) -> None:
+    (tmp_path / "pod").mkdir()
+    (tmp_path / "state").mkdir()
+
+
+def test_the_sidecar_restarts_the_pod_once_a_trainer_of_an_older_generation_may_run(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, generation=0, released=0)
+    watch = start(tmp_path, "watch")
+    try:
+        assert still_running(watch)
+        write(tmp_path, opened=0)  # the gate let generation 0's trainer start
+        assert still_running(watch)
+        write(tmp_path, generation=1)
+        assert watch.wait(5) == 86
+    finally:
+        watch.kill()
+
+
+def test_the_sidecar_leaves_a_pod_whose_gate_holds_alone(tmp_path: Path) -> None:
+    """Started after a restart of all containers (no trainer runs), with a stale or a newer
+    generation: nothing to stop."""
+    write(tmp_path, generation=0, released=0, opened=0)
+    watch = start(tmp_path, "watch")
+    try:
+        write(tmp_path, generation=1)
+        assert still_running(watch)
+        write(tmp_path, released=1, opened=1)  # released: generation 1's trainer starts
+        assert still_running(watch)
+        write(tmp_path, generation=2)
+        assert watch.wait(5) == 86
+    finally:
+        watch.kill()
+
+
+def test_the_gate_opens_each_generation_once_when_released(tmp_path: Path) -> None:
+    write(tmp_path, generation=1, released=0, opened=0)
+    gate = start(tmp_path, "gate")
+    try:
+        assert still_running(gate)
+        write(tmp_path, released=1)
+        assert gate.wait(5) == 0
+        assert (tmp_path / "state" / "opened").read_text() == "1"
+    finally:
+        gate.kill()
+    again = start(tmp_path, "gate")  # generation 1's trainer ended: held until decided
+    try:
+        assert still_running(again)
+    finally:
+        again.kill()
+
+
+@pytest.mark.parametrize("mode", ["watch", "gate"])
+def test_sigterm_stops_the_agent_at_once(tmp_path: Path, mode: str) -> None:
+    """As PID 1 of its container a process without a handler ignores SIGTERM: the kubelet
+    would wait 2 s to kill it in every restart of the pod's containers."""
+    write(tmp_path, generation=1, released=0, opened=0)
+    proc = start(tmp_path, mode)
+    try:
+        assert still_running(proc)
+        proc.terminate()
+        assert proc.wait(2) == 143
+    finally:
+        proc.kill()

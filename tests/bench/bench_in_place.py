@@ -18,12 +18,19 @@ GET /progress every 50 ms:
 - step: a worker of the new generation reports a training step past the one it restored
   (the collective of the new group works: MultiWorkerMirroredStrategy steps together).
 
+And, from worker-0's log of the new generation (kubectl logs --timestamps), where the
+start-up between `ready` and `step` goes: `import` (until the runtime serves /progress:
+Python, TensorFlow and Keras imported), `peers` (until every peer resolves and the preflight
+passed), `strategy` (the collective formed), `restore` (the checkpoint restored, the first
+steps traced and run, until `step`).
+
 Prints one row per kill, then the median and max of each path and their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
 import sys
@@ -55,6 +62,9 @@ GENERATION = "multiworker.dev/group-generation"
 RELEASED = "multiworker.dev/released-generation"
 MODES = ("InPlace", "Recreate")
 PHASES = ("seen", "stopped", "ready", "step")
+# Worker log lines that end each part of a trainer's start-up (after `ready`).
+STARTUP = (("import", "serving progress on"), ("peers", "preflight passed"),
+           ("strategy", "strategy ready"))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -139,7 +149,7 @@ def one_kill(cluster: Cluster, namespace: str, workers: int, mode: str,
     before = {p["metadata"]["uid"] for p in pods(cluster, namespace, name)}
     cluster.kubectl("-n", namespace, "exec", f"{name}-worker-1", "-c", "tensorflow", "--",
                     "pkill", "-KILL", "-f", "digits.py")
-    t0, times = time.monotonic(), {}
+    t0, wall, times = time.monotonic(), time.time(), {}
     deadline = t0 + timeout
     while "step" not in times:
         now = time.monotonic()
@@ -167,10 +177,31 @@ def one_kill(cluster: Cluster, namespace: str, workers: int, mode: str,
                     times["step"] = time.monotonic() - t0
                     break
         time.sleep(POLL)
+    times |= startup(cluster, namespace, name, wall - t0, times)
     after = {p["metadata"]["uid"] for p in pods(cluster, namespace, name)}
     cluster.kubectl("-n", namespace, "delete", "mwj", name, "--wait=true", "--timeout=120s",
                     check=False)
     return Kill(mode, times, after == before)
+
+
+def startup(cluster: Cluster, namespace: str, job: str, offset: float,
+            times: dict[str, float]) -> dict[str, float]:
+    """The parts of worker-0's start-up, as durations (see the module docstring)."""
+    log = cluster.kubectl("-n", namespace, "logs", f"{job}-worker-0", "-c", "tensorflow",
+                          "--timestamps", check=False)
+    ends, start, parts = {}, times["ready"], {}
+    for line in log.splitlines():
+        stamp, _, text = line.partition(" ")
+        for part, marker in STARTUP:
+            if marker in text and part not in ends:
+                at = datetime.datetime.fromisoformat(stamp)
+                ends[part] = at.timestamp() - offset
+    for part, _ in STARTUP:
+        if part in ends:
+            parts[part] = ends[part] - start
+            start = ends[part]
+    parts["restore"] = times["step"] - start
+    return parts
 
 
 def main() -> None:
@@ -195,6 +226,11 @@ def main() -> None:
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         print(f"operator log: {log}")
+    parts = (*(p for p, _ in STARTUP), "restore")
+    for mode in MODES:
+        cells = [f"{part} {statistics.median(k.times[part] for k in kills if k.mode == mode):.2f}"
+                 for part in parts]
+        print(f"{mode}: start-up between ready and step, medians (s): {', '.join(cells)}")
     print(f"\nSIGKILL of worker-1's trainer -> ..., {args.workers} workers, "
           f"{args.kills} kills per path (seconds)")
     print(f"{'path':9} " + "  ".join(f"{p + ' med':>10} {p + ' max':>9}" for p in PHASES))

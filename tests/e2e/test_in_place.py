@@ -4,6 +4,9 @@ sees, training resumed from the checkpoint, and the path taken in the status and
 
 from __future__ import annotations
 
+import os
+import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -102,3 +105,37 @@ def test_a_plain_tf_config_script_resumes_in_place(jobs: Jobs, checkpoint_claim:
     assert uids(jobs, "plain") == before
     log = jobs.kubectl("logs", "plain-worker-0", "-c", "tensorflow").stdout
     assert "epoch 0" not in log and "done" in log, log  # resumed past the first epochs
+
+
+def freeze_agent(pod: str) -> int:
+    """SIGSTOP the in-place agent of `pod` from this machine (the local cluster's and kind's
+    containers share its kernel): the agent of a frozen node, which never restarts its pod."""
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"agent.py\0watch" in cmdline and f"HOSTNAME={pod}".encode() in environ:
+            os.kill(int(pid), signal.SIGSTOP)
+            return int(pid)
+    raise AssertionError(f"no agent process of {pod} on this machine")
+
+
+def test_an_old_trainer_that_never_stops_makes_the_group_recreated(
+    jobs: Jobs, checkpoint_claim: str
+) -> None:
+    """worker-1 hangs (SIGSTOP) and so does its agent: its old trainer never stops, so the
+    in-place restart is abandoned after 30 s and the group recreated, counting one restart."""
+    jobs.apply(tf_job("stuck", health={"progressTimeoutSeconds": 20,
+                                       "collectiveTimeoutSeconds": 600}))
+    wait_checkpointed(jobs, "stuck")
+    before = uids(jobs, "stuck")
+    freeze_agent("stuck-worker-1")
+    signal_worker(jobs, "stuck", 1, "SIGSTOP")
+    status = assert_resumed_and_succeeded(jobs, "stuck")
+    assert (status["restarts"], status["groupGeneration"], status["restartPath"]) == \
+        (1, 2, "Recreate"), status
+    abandoned = [m for _, reason, m in jobs.events("stuck") if reason == "InPlaceRestartAbandoned"]
+    assert abandoned and "worker-1 had not stopped 30s after the restart began" in abandoned[0]
+    assert not set(uids(jobs, "stuck").values()) & set(before.values())

@@ -99,6 +99,10 @@ def test_deleted_pod_is_a_disruption_that_spends_no_budget(
     jobs.kubectl("delete", "pod", "deleted-worker-0", "--wait=false")
     status = assert_resumed_and_succeeded(jobs, "deleted")
     assert status["restarts"] == 0 and status["disruptions"] == 1, status
+    # A pod that is gone cannot restart in place: the group is recreated, saying why.
+    assert status["restartPath"] == "Recreate", status
+    restarts = [m for _, reason, m in jobs.events("deleted") if reason == "WorkerDisrupted"]
+    assert "recreating the group's pods: worker-0's pod" in restarts[0], restarts
 
 
 def test_stopped_worker_is_a_hang_that_is_detected_and_recovered(
@@ -118,6 +122,7 @@ def test_stopped_worker_is_a_hang_that_is_detected_and_recovered(
     assert messages and "worker-1" in messages[0], jobs.events("hang")
     status = assert_resumed_and_succeeded(jobs, "hang")
     assert status["restarts"] == 1
+    assert status["restartPath"] == "InPlace", status  # every pod and node was healthy
 
 
 def test_fail_fast_exit_code_fails_the_job_at_once(jobs: Jobs, checkpoint_claim: str) -> None:

@@ -30,7 +30,7 @@ _AGENT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"},
 AGENT_RESTART_EXIT = 86  # runtime/agent.py's RESTART_EXIT
 _POD_INFO_PATH = "/etc/multiworker"
 _AGENT_STATE_PATH = "/run/multiworker"
-_AGENT_SCRIPT_PATH = "/opt/multiworker"
+_AGENT_SCRIPT_PATH = "/opt/multiworker-agent"
 
 
 @cache

@@ -4,12 +4,18 @@ released together; recreated, saying why, whenever that is not safe."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from multiworker.api import names
 from multiworker.clients.informer import slim_node, slim_pod
-from multiworker.decide.inplace import STOP_BOUND, in_place_blocker
+from multiworker.decide.inplace import (
+    RESTART_FEATURE,
+    STOP_BOUND,
+    agent_blocker,
+    in_place_blocker,
+)
 from multiworker.decide.nodes import NodeTrouble
 from multiworker.decide.observe import WorkerPhase, WorkerState, classify
 from multiworker.reconcile.render import owner_reference, pod_digest, render_worker_pod
@@ -25,6 +31,7 @@ KUBELET = "v1.36.3"
 def on_kubelet(cluster: FakeCluster, version: str = KUBELET) -> FakeCluster:
     for node in cluster.nodes.values():
         node["status"]["nodeInfo"] = {"kubeletVersion": version}
+        node["status"]["declaredFeatures"] = [RESTART_FEATURE]
     return cluster
 
 
@@ -111,6 +118,26 @@ def test_a_trainer_exit_seen_before_its_kubelet_restarts_the_containers_is_in_pl
     step(cluster)
     assert (cluster.status["restartPath"], cluster.status["lastFailure"]["exitCode"]) == \
         ("InPlace", 137)
+
+
+def test_an_exit_seen_once_outlives_the_kubelet_s_own_record_of_the_restart() -> None:
+    """The kubelet soon replaces a restarted trainer's exit with "RestartingAllContainers,
+    137"; the exit as the operator first saw it is kept on the pod and still decides: here a
+    peer's symptom (exit 4) waits for the failure that caused it, and an exit 42 fails the
+    job by its rule."""
+    cluster = running(restartPolicy={"onExitCodes": [{"action": "FailJob", "values": [42]}]})
+    pod_of(cluster, 2)["status"]["containerStatuses"][0]["state"] = {"terminated": {
+        "exitCode": 4, "reason": "Error", "finishedAt": "2026-01-01T12:00:01Z"}}
+    step(cluster)  # a symptom: waits
+    record = json.loads(annotation(cluster, 2, names.ANNOTATION_TRAINER_EXIT))
+    assert (record["generation"], record["exitCode"]) == (0, 4)
+    held(cluster, 2, exit_code=137, reason="RestartingAllContainers")  # the kubelet's record
+    assert classify(pod_of(cluster, 2), 2, "tensorflow").exit_code == 4
+    held(cluster, 1, exit_code=42)
+    step(cluster)
+    status = cluster.status
+    assert (status["phase"], status["lastFailure"]["worker"], status["lastFailure"]["exitCode"]) \
+        == ("Failed", 1, 42)
 
 
 def test_a_trainer_of_the_released_generation_that_fails_is_a_failure_of_that_generation(
@@ -229,7 +256,7 @@ def test_when_a_group_restarts_in_place(spec: Manifest, worker: WorkerState, kw:
 def _pod(generation: int, released: int, gate: str, trainer: Manifest,
          baseline: int = 0) -> Manifest:
     job = make_job()
-    pod = render_worker_pod(job, 0, generation, owner_reference(job))
+    pod = render_worker_pod(job, 0, generation, owner_reference(job), agent=True)
     pod["metadata"] |= {"uid": "u", "creationTimestamp": "2026-01-01T11:00:00Z"}
     pod["metadata"]["annotations"] |= {names.ANNOTATION_RELEASED: str(released),
                                        names.ANNOTATION_TRAINER_RESTARTS: str(baseline)}
@@ -275,7 +302,7 @@ def test_a_pod_with_the_agent_is_judged_by_its_generation(
 
 def test_in_place_pods_carry_the_agent_and_the_trainer_s_rule() -> None:
     job = make_job(checkpoint={"claimName": "ckpt"})
-    pod = render_worker_pod(job, 0, 4, owner_reference(job))
+    pod = render_worker_pod(job, 0, 4, owner_reference(job), agent=True)
     agent, gate = pod["spec"]["initContainers"][:2]
     assert (agent["name"], agent["restartPolicy"], agent["command"][-1]) == \
         ("mwj-agent", "Always", "watch")
@@ -299,12 +326,52 @@ def test_the_node_cache_keeps_the_kubelet_version() -> None:
     assert slim_node(node)["status"]["nodeInfo"] == {"kubeletVersion": KUBELET}
 
 
-def test_recreate_mode_renders_plain_pods() -> None:
-    job = make_job(restartPolicy={"mode": "Recreate"})
+def test_pods_without_the_agent_are_plain() -> None:
+    job = make_job()
     pod = render_worker_pod(job, 0, 4, owner_reference(job))
     trainer = pod["spec"]["containers"][0]
     assert "initContainers" not in pod["spec"] and "restartPolicyRules" not in trainer
     assert {"name": "MWJ_RESTART_COUNT", "value": "4"} in trainer["env"]
+
+
+def _node(name: str, features: bool = True, **spec: Any) -> Manifest:
+    return {"metadata": {"name": name, "labels": {"pool": "a" if name < "n3" else "b"}},
+            "spec": spec, "status": {"declaredFeatures": [RESTART_FEATURE] if features else []}}
+
+
+TAINT = {"key": "fake", "value": "x", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(("pod_spec", "nodes", "why"), [
+    ({}, [_node("n1"), _node("n2")], None),
+    ({}, [_node("n1"), _node("n2", features=False)], "nodes n2 do not declare"),
+    ({}, [], "no schedulable node"),
+    # Nodes the pods cannot land on do not count: another pool, a taint, a cordon.
+    ({"nodeSelector": {"pool": "a"}}, [_node("n1"), _node("n3", features=False)], None),
+    ({}, [_node("n1"), _node("n2", features=False, taints=[TAINT])], None),
+    ({"tolerations": [{"key": "fake", "operator": "Exists"}]},
+     [_node("n1"), _node("n2", features=False, taints=[TAINT])], "nodes n2 do not declare"),
+    ({"tolerations": [{"key": "fake", "value": "y"}]},
+     [_node("n1"), _node("n2", features=False, taints=[TAINT])], None),
+    ({}, [_node("n1"), _node("n2", features=False, unschedulable=True)], None),
+])
+def test_pods_get_the_agent_where_every_node_they_may_land_on_declares_the_feature(
+        pod_spec: Manifest, nodes: list[Manifest], why: str | None) -> None:
+    found = agent_blocker(pod_spec, nodes)
+    assert (found is None) if why is None else (found is not None and found.startswith(why))
+
+
+def test_a_group_on_nodes_without_the_feature_is_created_without_the_agent() -> None:
+    """The scheduler places a pod with the rule only on nodes that declare the feature
+    (kwok's fake nodes, older kubelets do not): such pods would never be scheduled."""
+    cluster = make()
+    step(cluster)
+    assert all("initContainers" not in p["spec"] for p in cluster.pods.values())
+    on_kubelet(make())
+    cluster = on_kubelet(make())
+    step(cluster)
+    assert all(p["spec"]["initContainers"][0]["name"] == "mwj-agent"
+               for p in cluster.pods.values())
 
 
 def test_the_digest_changes_with_the_template_and_the_image() -> None:

@@ -48,7 +48,7 @@ def env_of(pod: dict[str, Any], container: str = "tensorflow",
 
 def env_of_job(job: Job, index: int, generation: int = 0) -> dict[str, str]:
     owner = owner_reference(job)
-    return env_of(render_worker_pod(job, index, generation, owner),
+    return env_of(render_worker_pod(job, index, generation, owner, agent=True),
                   config_maps=[render_cluster_config(job, owner)])
 
 
@@ -184,7 +184,7 @@ def test_template_is_kept_and_only_the_trainer_gets_the_env() -> None:
         },
     }
     job = make_job(template=template, checkpoint={"claimName": "ckpt"})
-    pod = render_worker_pod(job, 0, 0, owner_reference(job))
+    pod = render_worker_pod(job, 0, 0, owner_reference(job), agent=True)
     sidecar, trainer = pod["spec"]["containers"]
     assert "env" not in sidecar
     assert trainer["resources"] == {"limits": {"nvidia.com/gpu": 2}}

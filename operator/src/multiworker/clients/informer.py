@@ -83,7 +83,8 @@ def slim_pod(pod: Manifest) -> Manifest:
 
 def slim_node(node: Manifest) -> Manifest:
     """A node as lost-node detection, GPU placement and in-place restarts read it: labels,
-    taints, whether it is cordoned, conditions, allocatable resources, its kubelet's version."""
+    taints, whether it is cordoned, conditions, allocatable resources, its kubelet's version and
+    declared features."""
     meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, \
         node.get("status") or {}
     return {"metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion", "labels",
@@ -93,7 +94,8 @@ def slim_node(node: Manifest) -> Manifest:
             "status": {"conditions": status.get("conditions", []),
                        "allocatable": status.get("allocatable", {}),
                        "nodeInfo": {"kubeletVersion": (status.get("nodeInfo") or {})
-                                    .get("kubeletVersion", "")}}}
+                                    .get("kubeletVersion", "")},
+                       "declaredFeatures": status.get("declaredFeatures") or []}}
 
 
 @dataclass

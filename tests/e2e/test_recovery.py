@@ -94,7 +94,7 @@ def test_killed_worker_restarts_the_group_from_its_checkpoint(
 def test_deleted_pod_is_a_disruption_that_spends_no_budget(
     jobs: Jobs, checkpoint_claim: str
 ) -> None:
-    jobs.apply(tf_job("deleted"))
+    jobs.apply(tf_job("deleted", restartPolicy={"backoffSeconds": 1, "mode": "InPlace"}))
     wait_checkpointed(jobs, "deleted")
     jobs.kubectl("delete", "pod", "deleted-worker-0", "--wait=false")
     status = assert_resumed_and_succeeded(jobs, "deleted")
@@ -122,7 +122,7 @@ def test_stopped_worker_is_a_hang_that_is_detected_and_recovered(
     assert messages and "worker-1" in messages[0], jobs.events("hang")
     status = assert_resumed_and_succeeded(jobs, "hang")
     assert status["restarts"] == 1
-    assert status["restartPath"] == "InPlace", status  # every pod and node was healthy
+    assert status["restartPath"] == "Recreate", status  # the default mode
 
 
 def test_fail_fast_exit_code_fails_the_job_at_once(jobs: Jobs, checkpoint_claim: str) -> None:

@@ -35,7 +35,11 @@ def on_kubelet(cluster: FakeCluster, version: str = KUBELET) -> FakeCluster:
     return cluster
 
 
+IN_PLACE = {"mode": "InPlace"}
+
+
 def running(**spec: Any) -> FakeCluster:
+    spec["restartPolicy"] = {**IN_PLACE, **spec.get("restartPolicy", {})}
     cluster = on_kubelet(make(**spec))
     step(cluster)
     cluster.run()
@@ -185,7 +189,7 @@ def test_an_old_trainer_that_does_not_stop_in_time_makes_the_group_recreated() -
         (2, 1, "Recreate")
     reason, message = cluster.events[-1][1:]
     assert reason == "InPlaceRestartAbandoned"
-    assert "worker-2 had not stopped 30s after the restart began" in message
+    assert "worker-2 had not stopped 10s after the restart began" in message
     step(cluster)
     assert all("deletionTimestamp" in p["metadata"] for p in cluster.pods.values())
 
@@ -222,25 +226,27 @@ def _worker(index: int = 0, **fields: Any) -> WorkerState:
     return WorkerState(index, **(base | fields))
 
 
+OPT_IN = {"restartPolicy": IN_PLACE}
 TROUBLE = NodeTrouble("n1", "NotReady", None, "")
 
 
 @pytest.mark.parametrize(("spec", "worker", "kw", "why"), [
-    ({}, _worker(), {}, None),
-    ({}, _worker(phase=WorkerPhase.FAILED, exit_code=1), {}, None),
+    ({"restartPolicy": IN_PLACE}, _worker(), {}, None),
+    ({"restartPolicy": IN_PLACE}, _worker(phase=WorkerPhase.FAILED, exit_code=1), {}, None),
+    ({}, _worker(), {}, "spec.restartPolicy.mode is Recreate"),
     ({"restartPolicy": {"mode": "Recreate"}}, _worker(), {},
      "spec.restartPolicy.mode is Recreate"),
-    ({}, _worker(), {"gang": True}, "gang scheduling places each generation as a new PodGroup"),
-    ({}, WorkerState(0, WorkerPhase.MISSING), {}, "worker-0 has no pod"),
-    ({}, _worker(terminating=True), {}, "worker-0's pod is being deleted"),
-    ({}, _worker(phase=WorkerPhase.DISRUPTED, reason="Evicted"), {},
+    (OPT_IN, _worker(), {"gang": True}, "gang scheduling places each generation as a new PodGroup"),
+    (OPT_IN, WorkerState(0, WorkerPhase.MISSING), {}, "worker-0 has no pod"),
+    (OPT_IN, _worker(terminating=True), {}, "worker-0's pod is being deleted"),
+    (OPT_IN, _worker(phase=WorkerPhase.DISRUPTED, reason="Evicted"), {},
      "worker-0's pod was disrupted (Evicted)"),
-    ({}, _worker(pod_ended=True, phase=WorkerPhase.FAILED), {}, "worker-0's pod is ended"),
-    ({}, _worker(phase=WorkerPhase.PENDING, node=""), {}, "worker-0's pod is pending"),
-    ({}, _worker(agent=False), {}, "worker-0's pod has no in-place agent"),
-    ({}, _worker(digest="old"), {}, "worker-0's pod was created from an earlier template"),
-    ({}, _worker(), {"troubles": {"n1": TROUBLE}}, "worker-0's node n1 is NotReady"),
-    ({}, _worker(), {"kubelets": {"n1": "kwok-v0.7.0"}},
+    (OPT_IN, _worker(pod_ended=True, phase=WorkerPhase.FAILED), {}, "worker-0's pod is ended"),
+    (OPT_IN, _worker(phase=WorkerPhase.PENDING, node=""), {}, "worker-0's pod is pending"),
+    (OPT_IN, _worker(agent=False), {}, "worker-0's pod has no in-place agent"),
+    (OPT_IN, _worker(digest="old"), {}, "worker-0's pod was created from an earlier template"),
+    (OPT_IN, _worker(), {"troubles": {"n1": TROUBLE}}, "worker-0's node n1 is NotReady"),
+    (OPT_IN, _worker(), {"kubelets": {"n1": "kwok-v0.7.0"}},
      "the kubelet of node n1 is kwok-v0.7.0, older than v1.36"),
 ])
 def test_when_a_group_restarts_in_place(spec: Manifest, worker: WorkerState, kw: Manifest,
@@ -364,11 +370,10 @@ def test_pods_get_the_agent_where_every_node_they_may_land_on_declares_the_featu
 def test_a_group_on_nodes_without_the_feature_is_created_without_the_agent() -> None:
     """The scheduler places a pod with the rule only on nodes that declare the feature
     (kwok's fake nodes, older kubelets do not): such pods would never be scheduled."""
-    cluster = make()
+    cluster = make(restartPolicy=IN_PLACE)
     step(cluster)
     assert all("initContainers" not in p["spec"] for p in cluster.pods.values())
-    on_kubelet(make())
-    cluster = on_kubelet(make())
+    cluster = on_kubelet(make(restartPolicy=IN_PLACE))
     step(cluster)
     assert all(p["spec"]["initContainers"][0]["name"] == "mwj-agent"
                for p in cluster.pods.values())

@@ -118,12 +118,13 @@ class RestartPolicy(Model):
     """Rules by exit code of the training container, first match wins."""
     default_action: ExitCodeAction = ExitCodeAction.RESTART_GROUP
     """Action for a non-zero exit code no rule matches."""
-    mode: RestartMode = RestartMode.IN_PLACE
-    """InPlace restarts the group in its own pods when every pod and node is healthy (a
-    trainer failed or hung): the kubelet restarts each pod's containers (RestartAllContainers),
-    keeping its node, IP, GPUs and volumes, and no trainer of the new group starts before every
-    trainer of the old one stopped. Otherwise, and with Recreate, the pods are deleted and
-    created again. Takes effect for pods created after it is set."""
+    mode: RestartMode = RestartMode.RECREATE
+    """Recreate deletes the group's pods and creates new ones. InPlace (opt-in) restarts the
+    group in its own pods when every pod and node is healthy (a trainer failed or hung): the
+    kubelet restarts each pod's containers (RestartAllContainers, Kubernetes 1.36), keeping its
+    node, IP, GPUs and volumes, and no trainer of the new group starts before every trainer of
+    the old one stopped; otherwise it recreates them, saying why. Takes effect for pods created
+    after it is set."""
 
     @model_validator(mode="after")
     def _backoff_cap(self) -> RestartPolicy:

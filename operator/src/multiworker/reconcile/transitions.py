@@ -64,7 +64,7 @@ def restart_group(p: Pass, action: Action) -> None:
     if why_not is None:
         message = f"{action.message}; restarting the group in place"
     elif p.job.spec.restart_policy.mode is RestartMode.RECREATE:
-        message = f"{action.message}; recreating the group's pods"
+        message = action.message
     else:
         message = f"{action.message}; recreating the group's pods: {why_not}"
     p.condition(Type.RESTARTING, "True", action.reason, message)

@@ -145,7 +145,8 @@ def test_defaults_are_visible_in_the_stored_job(jobs: Jobs) -> None:
     spec = stored["spec"]
     assert spec["port"] == 2222 and spec["successPolicy"] == "ChiefSucceeded"
     assert spec["restartPolicy"] == {"maxRestarts": 3, "maxDisruptions": 20, "backoffSeconds": 1,
-                                     "maxBackoffSeconds": 300, "defaultAction": "RestartGroup"}
+                                     "maxBackoffSeconds": 300, "defaultAction": "RestartGroup",
+                                     "mode": "Recreate"}
     assert spec["health"]["progressPort"] == 8471
     assert spec["health"]["startupTimeoutSeconds"] == 300
 

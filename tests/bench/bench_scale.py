@@ -235,6 +235,7 @@ def run(args: argparse.Namespace) -> dict[int, list[Sample]]:
         cluster.kubectl("create", "namespace", ns)
         metrics_port = free_port()
         with operator(cluster, ns, logs / "operator.log", "--metrics-port", str(metrics_port),
+                      *os.environ.get("MW_BENCH_OPERATOR_ARGS", "").split(),
                       ready_timeout=60) as proc:
             for n in args.sizes:
                 for rep in range(args.reps):

@@ -373,6 +373,28 @@ def test_unschedulable_worker_is_reported_once() -> None:
         ("Warning", "Unschedulable", running["message"])]
 
 
+def test_workers_not_yet_placed_read_no_other_jobs_pods() -> None:
+    """Every pass of a starting group sees pods not yet bound; only a scheduler's refusal
+    needs every pod the operator watches (who holds what), which at 1,000 jobs is 8,000."""
+    cluster = make()
+    step(cluster)
+    cluster.run(0, 1)
+    reads = 0
+    all_pods = cluster.cached_all_pods
+
+    def counted() -> list[dict[str, object]]:
+        nonlocal reads
+        reads += 1
+        return all_pods()
+
+    cluster.cached_all_pods = counted  # type: ignore[method-assign]
+    step(cluster)  # worker-2 pending, not refused
+    assert reads == 0
+    cluster.unschedulable(2, "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")
+    step(cluster)
+    assert reads == 1
+
+
 def test_gone_job_stops_the_loop() -> None:
     cluster = make()
     cluster.job = None

@@ -74,3 +74,39 @@ def test_a_delayed_add_of_a_queued_key_adds_no_second_pass() -> None:
         assert len(q) == 0
 
     run(scenario())
+
+
+def test_a_key_wakes_one_waiting_worker_not_the_herd() -> None:
+    async def scenario() -> None:
+        q: WorkQueue[str] = WorkQueue()
+        got: list[str] = []
+
+        async def worker() -> None:
+            got.append(await q.get())
+
+        workers = [asyncio.create_task(worker()) for _ in range(8)]
+        await asyncio.sleep(0.01)
+        q.add("job")
+        await asyncio.sleep(0.01)
+        assert got == ["job"] and sum(w.done() for w in workers) == 1
+        assert len(q._waiters) == 7  # the others still wait; none was woken to find nothing
+        q.add_after("later", 0.02)
+        await asyncio.sleep(0.1)
+        assert got == ["job", "later"]  # a timer wakes a worker too, with no add to follow
+        for w in workers:
+            w.cancel()
+
+    run(scenario())
+
+
+def test_a_worker_cancelled_as_it_is_woken_passes_the_key_on() -> None:
+    async def scenario() -> None:
+        q: WorkQueue[str] = WorkQueue()
+        first = asyncio.create_task(q.get())
+        second = asyncio.create_task(q.get())
+        await asyncio.sleep(0.01)
+        q.add("job")  # wakes `first`...
+        first.cancel()  # ...which is cancelled before it runs
+        assert await asyncio.wait_for(second, 1) == "job"
+
+    run(scenario())

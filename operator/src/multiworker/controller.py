@@ -29,6 +29,7 @@ from multiworker.clients.informer import Informer, Key, Store, slim, slim_node, 
 from multiworker.clients.kube import Cluster
 from multiworker.clients.leader import Elector
 from multiworker.clients.poller import Poller
+from multiworker.clients.relay import LoopRelay
 from multiworker.clients.workqueue import WorkQueue, jittered
 from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS
 from multiworker.decide.observe import Classified
@@ -91,7 +92,7 @@ class Controller:
     elector: Elector | None = field(init=False, default=None)
     informers: list[Informer] = field(init=False, default_factory=list)
     _tasks: list[asyncio.Task[Any]] = field(init=False, default_factory=list)
-    _loop: asyncio.AbstractEventLoop | None = field(init=False, default=None)
+    _relay: LoopRelay | None = field(init=False, default=None)  # informer threads → loop
     _failures: dict[Key, int] = field(init=False, default_factory=dict)
     _expected: dict[Key, dict[str, float]] = field(init=False, default_factory=dict)
     # When the pod watch last said anything of a (job, pod name): a pod created by a pass is
@@ -117,7 +118,7 @@ class Controller:
     # --- lifecycle ---
 
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._relay = LoopRelay(asyncio.get_running_loop())
         if self.identity is not None:
             self.elector = Elector(self.cluster, self.identity, self._leadership_changed)
         scopes: list[str | None] = list(self.namespaces) if self.namespaces is not None \
@@ -175,10 +176,9 @@ class Controller:
     def _informer(self, path: str, store: Store, listener: Callable[..., None],
                   namespace: str | None, selector: str | None,
                   transform: Callable[[Manifest], Manifest]) -> Informer:
-        def relay(kind: str, old: Manifest | None, new: Manifest | None) -> None:
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(listener, kind, old, new)
-        return Informer(self.cluster, path, store, relay, namespace, selector, transform)
+        assert self._relay is not None
+        return Informer(self.cluster, path, store, self._relay.to(listener), namespace,
+                        selector, transform)
 
     def _wait_synced(self) -> None:
         for informer in self.informers:

@@ -201,7 +201,7 @@ class Cluster:
             body = {"metadata": {"uid": p.uid, "labels": dict(p.labels),
                                  "annotations": dict(p.annotations)}}
             try:
-                self.rest.call("PATCH", _core_path(p.namespace, "pods", p.name), body,
+                self.rest.send("PATCH", _core_path(p.namespace, "pods", p.name), body,
                                content_type="application/merge-patch+json")
             except ApiException as e:
                 if e.status in (404, 409, 422):
@@ -288,7 +288,7 @@ class Cluster:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        self.rest.call("POST", _core_path(meta["namespace"], "events"), event)
+        self.rest.send("POST", _core_path(meta["namespace"], "events"), event)
 
     def _get(self, path: str, timeout: float | None = None) -> Manifest | None:
         try:
@@ -300,7 +300,7 @@ class Cluster:
 
     def _create(self, path: str, manifest: Manifest) -> Created:
         try:
-            self.rest.call("POST", path, manifest)
+            self.rest.send("POST", path, manifest)
         except ApiException as e:
             if e.status == 409:
                 return Created.EXISTS
@@ -314,7 +314,7 @@ class Cluster:
     def _delete(self, path: str, options: Manifest) -> None:
         """404 (already gone) and 409 (uid precondition: a newer object) are success."""
         try:
-            self.rest.call("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", **options})
+            self.rest.send("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", **options})
         except ApiException as e:
             if e.status not in (404, 409):
                 raise

@@ -9,7 +9,6 @@ under the same name. Delayed adds (timers, backoff) keep only the earliest time 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import random
@@ -36,7 +35,10 @@ class WorkQueue(Generic[K]):
     _due: dict[K, float] = field(default_factory=dict)  # earliest delayed add per key
     _timers: list[tuple[float, int, K]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
-    _wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    # Workers waiting in get(), each woken alone: a key wakes one worker, not all of them
+    # (at thousands of pod events a second a woken herd was most of the event loop's work).
+    _waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+    _alarm: asyncio.TimerHandle | None = None  # at the earliest timer
 
     def add(self, key: K) -> None:
         """Queue `key` now (a no-op if it is queued; deferred while its pass runs)."""
@@ -46,7 +48,7 @@ class WorkQueue(Generic[K]):
         elif key not in self._queued:
             self._queued.add(key)
             self._ready.append(key)
-            self._wakeup.set()
+            self._wake_one()
 
     def add_after(self, key: K, seconds: float) -> None:
         """Queue `key` in `seconds`, unless it is already due sooner."""
@@ -55,12 +57,14 @@ class WorkQueue(Generic[K]):
             return
         if key in self._queued or key in self._again:
             return  # its next pass comes sooner, and that pass sets its own timers
-        when = asyncio.get_running_loop().time() + seconds
+        loop = asyncio.get_running_loop()
+        when = loop.time() + seconds
         if key in self._due and self._due[key] <= when:
             return
         self._due[key] = when
         heapq.heappush(self._timers, (when, next(self._seq), key))
-        self._wakeup.set()
+        if self._alarm is None or when < self._alarm.when():
+            self._set_alarm(loop)
 
     def forget(self, key: K) -> None:
         """Drop pending timers of a key (its job is gone)."""
@@ -76,10 +80,14 @@ class WorkQueue(Generic[K]):
                 self._queued.discard(key)
                 self._active.add(key)
                 return key
-            self._wakeup.clear()
-            timeout = self._timers[0][0] - loop.time() if self._timers else None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken and cancelled at once: pass the key on
+                raise
 
     def done(self, key: K) -> None:
         self._active.discard(key)
@@ -93,6 +101,23 @@ class WorkQueue(Generic[K]):
 
     def __len__(self) -> int:
         return len(self._ready) + len(self._due)
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _set_alarm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._alarm is not None:
+            self._alarm.cancel()
+        self._alarm = loop.call_at(self._timers[0][0], self._ring) if self._timers else None
+
+    def _ring(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._release_due(loop.time())
+        self._set_alarm(loop)
 
     def _release_due(self, now: float) -> None:
         while self._timers and self._timers[0][0] <= now:

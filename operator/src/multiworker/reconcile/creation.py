@@ -16,7 +16,12 @@ from multiworker.decide.gpus import GpuRequestError, gpus_per_worker, place
 from multiworker.decide.inplace import agent_blocker
 from multiworker.decide.observe import WorkerPhase
 from multiworker.decide.ownership import Owned, ownership
-from multiworker.decide.placement import gang_waiting_message, is_bound, partial_placement_message
+from multiworker.decide.placement import (
+    gang_waiting_message,
+    is_bound,
+    partial_placement_message,
+    scheduling_message,
+)
 from multiworker.decide.policy import Action, ActionKind, refused_start_action
 from multiworker.reconcile.context import Flow, Pass
 from multiworker.reconcile.gang import (
@@ -171,6 +176,8 @@ def why_not_placed(p: Pass) -> tuple[str, str] | None:
         message = gang_waiting_message(workers, current, pod_group, spec.gang.scheduler_name,
                                        p.cluster.cached_all_pods(), p.job.namespace)
         return (Reason.WAITING_FOR_GANG, message) if message else None
+    if not any(scheduling_message(pod) for pod in current if not is_bound(pod)):
+        return None  # not refused by the scheduler, only not placed yet: no need for all pods
     message = partial_placement_message(workers, current, p.cluster.cached_all_pods(),
                                         p.job.namespace)
     return (Reason.UNSCHEDULABLE, message) if message else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -88,6 +89,19 @@ def test_worker_failure_restarts_the_whole_group_after_backoff() -> None:
     assert status["phase"] == "Running" and "recoveringSince" not in status
     assert status["lastRecoverySeconds"] > 0
     assert conditions(cluster)["Restarting"] == ("False", "AllWorkersRunning")
+
+
+def test_a_group_deleted_is_one_log_line_not_one_per_pod(
+        caplog: pytest.LogCaptureFixture) -> None:
+    cluster = started(workers=8)
+    cluster.exit(1, 137)
+    step(cluster)
+    with caplog.at_level(logging.INFO, logger="multiworker"):
+        step(cluster)  # deletes generation 0
+    deleting = [r.getMessage() for r in caplog.records if "deleting" in r.getMessage()]
+    assert deleting == [("deleting 8 pods (demo-worker-0, demo-worker-1, demo-worker-2 and 5 "
+                         "more) of generation 0 within 3s: its group is broken")]
+    assert sum("deletionTimestamp" in p["metadata"] for p in cluster.pods.values()) == 8
 
 
 def test_deleted_pod_restarts_without_spending_the_budget() -> None:

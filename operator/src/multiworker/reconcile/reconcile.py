@@ -166,11 +166,11 @@ def delete_stale_pods(p: Pass) -> Flow:
     fenced = p.job.spec.checkpoint is not None and p.status.progress is not None
     own_grace = (p.job.spec.template.spec.model_extra or {}).get(
         "terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    doomed: dict[tuple[int | None, int | None], list[str]] = {}  # (generation, grace) -> pods
     for pod in stale:
         if pod.deletion is None:
             grace = broken_group_grace(p.status.last_failure, pod.generation, own_grace)
-            p.log.info("deleting %s of generation %s%s", pod.name, pod.generation,
-                       "" if grace is None else f" within {grace}s: its group is broken")
+            doomed.setdefault((pod.generation, grace), []).append(pod.name)
             deletions.append(PodDeletion(ns, pod.name, pod.uid, grace=grace))
             continue
         due = pod.deletion + FORCE_DELETE_AFTER
@@ -193,6 +193,9 @@ def delete_stale_pods(p: Pass) -> Flow:
         p.log.warning("%s", message)
         p.emit(Reason.STALE_POD_FORCE_DELETED, message)
         deletions.append(PodDeletion(ns, pod.name, pod.uid, grace=0))
+    for (generation, grace), pods in doomed.items():  # one line per group, not per pod
+        p.log.info("deleting %s of generation %s%s", _some(pods), generation,
+                   "" if grace is None else f" within {grace}s: its group is broken")
     p.cluster.delete_pods(deletions)
     # A gang's PodGroup (one per generation, gang.py) goes with its pods, once.
     for pod_group in sorted({pod.pod_group for pod in p.group.stale
@@ -419,3 +422,8 @@ def _clean_finished_pods(p: Pass) -> None:
     p.cluster.delete_pods(deletions)
 
 
+def _some(names: list[str], shown: int = 3) -> str:
+    """`names` for a log line: all of a few, the first `shown` and a count of many."""
+    if len(names) <= shown + 1:
+        return ", ".join(names)
+    return f"{len(names)} pods ({', '.join(names[:shown])} and {len(names) - shown} more)"

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -126,9 +127,15 @@ def operator(cluster: Cluster, namespace: str, log: Path, *options: str,
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a live process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of a live process, all its threads (ended ones included), to the
+    nanosecond: the process's CPU clock (Linux encodes the clock id of another process as glibc's
+    clock_getcpuclockid does). /proc's count of 10 ms ticks is the fallback; at 8 workers one
+    tick is 0.6 ms per pod."""
+    try:
+        return time.clock_gettime(((~pid) << 3) | 2)  # CPUCLOCK_SCHED of process `pid`
+    except OSError:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_bytes(pid: int) -> int:

@@ -6,9 +6,9 @@ pod creates and deletes, and the list/watch calls the informers make.
 Plain REST with JSON bodies: the client's typed models would re-validate our manifests (and
 refuse valid ones, e.g. an integer GPU quantity). The kubernetes client configures the
 connection pool (TLS, proxy) and the credentials (refreshed tokens included); each request goes
-straight to that urllib3 pool with its body encoded once, because the client's own request path
-(a deep copy of the body, its re-encoding, per-call option parsing) cost as much CPU as the
-HTTP exchange itself — at 2 requests per pod, most of what the operator spent per pod.
+straight to that urllib3 pool with its body encoded once: the client's own request path (a
+walk that rebuilds the body, its encoding, per-call option parsing) nearly doubled the CPU of
+each call (0.9 ms against 0.5 ms for a pod's create, measured here), at 1-2 calls per pod.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class WorkQueue(Generic[K]):
     _timers: list[tuple[float, int, K]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     # Workers waiting in get(), each woken alone: a key wakes one worker, not all of them
-    # (at thousands of pod events a second a woken herd was most of the event loop's work).
+    # (8 workers woken per add, each making a new wait task, for thousands of adds a second).
     _waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
     _alarm: asyncio.TimerHandle | None = None  # at the earliest timer
 

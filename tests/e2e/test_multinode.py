@@ -349,12 +349,14 @@ def test_a_checkpoint_volume_local_to_each_node_is_named_at_start_and_spends_no_
     jobs.apply(manifest)
     jobs.wait_running(name, generation=0, timeout=300)
     running = time.monotonic()
+    # Read while the group runs: a failed group's pods may be deleted by the time Failed is seen.
+    nodes = placement(jobs, name, 0)
     status = jobs.wait_phase(name, "Failed", timeout=300)
     seconds = time.monotonic() - running
     record_property("figure: group Running -> Failed naming the volume (s)", round(seconds, 1))
     print(f"\nunshared volume: Running -> Failed in {seconds:.1f}s: "
           f"{status['lastFailure']['message']}")
-    assert len(set(placement(jobs, name, 0).values())) == 2
+    assert len(set(nodes.values())) == 2, f"the two workers share a node: {nodes}"
     failure = status["lastFailure"]
     assert failure["exitCode"] == 2, failure
     assert "is not shared by all workers" in failure["message"], failure

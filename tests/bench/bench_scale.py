@@ -44,11 +44,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 # As a script only tests/bench/ is on sys.path; the imports below need the repo root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -80,6 +83,7 @@ class Sample:
     operator_cpu: float  # operator CPU seconds for the start, the restart and the deletion
     watch_bytes: float | None  # bytes of pod watch events meanwhile
     passes: float | None  # reconcile passes meanwhile
+    requests: dict[str, float] | None = None  # API requests meanwhile, by "verb resource"
 
     @property
     def cpu_per_pod(self) -> float:
@@ -93,17 +97,39 @@ class Counters:
 
     watch_bytes: float | None
     passes: float | None
+    requests: dict[str, float] | None
 
     @classmethod
     def read(cls, port: int) -> Counters:
         return cls(scrape_sum(port, ("multiworker_watch_bytes_total",), 'resource="pods"'),
-                   scrape_sum(port, ("multiworker_reconcile_seconds_count",)))
+                   scrape_sum(port, ("multiworker_reconcile_seconds_count",)),
+                   scrape_requests(port))
 
     def since(self, earlier: Counters) -> Counters:
         def delta(a: float | None, b: float | None) -> float | None:
             return a - b if a is not None and b is not None else None
+        requests = None
+        if self.requests is not None and earlier.requests is not None:
+            requests = {k: n - earlier.requests.get(k, 0) for k, n in self.requests.items()
+                        if n > earlier.requests.get(k, 0)}
         return Counters(delta(self.watch_bytes, earlier.watch_bytes),
-                        delta(self.passes, earlier.passes))
+                        delta(self.passes, earlier.passes), requests)
+
+
+def scrape_requests(port: int) -> dict[str, float] | None:
+    """The operator's API requests so far, by "verb resource" (all HTTP codes together)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    counts: Counter[str] = Counter()
+    for family in text_string_to_metric_families(text):
+        if family.name == "multiworker_api_requests":
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    counts[f"{sample.labels['verb']} {sample.labels['resource']}"] += sample.value
+    return dict(counts)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -186,7 +212,8 @@ def measure(cluster: Cluster, ns: str, pid: int, metrics_port: int, name: str, w
     counted = Counters.read(metrics_port).since(counters0)
     return Sample(workers=workers, start=started - applied, restart=restarted - deleted,
                   last_recovery=status.get("lastRecoverySeconds"), operator_cpu=cpu1 - cpu0,
-                  watch_bytes=counted.watch_bytes, passes=counted.passes)
+                  watch_bytes=counted.watch_bytes, passes=counted.passes,
+                  requests=counted.requests)
 
 
 def median(values: list[float | None]) -> str:
@@ -200,12 +227,14 @@ def per_pod(values: list[float | None], workers: int, scale: float) -> list[floa
 
 def table(results: dict[int, list[Sample]]) -> str:
     head = ("workers", "reps", "start s", "restart s", "lastRecoverySeconds", "op CPU s",
-            "CPU/pod ms", "watch KB/pod", "passes")
+            "CPU/pod ms", "watch KB/pod", "requests/pod", "passes")
     rows = [head] + [
         (str(n), str(len(s)), median([x.start for x in s]), median([x.restart for x in s]),
          median([x.last_recovery for x in s]), median([x.operator_cpu for x in s]),
          median([x.cpu_per_pod * 1000 for x in s]),
          median(per_pod([x.watch_bytes for x in s], n, 1 / 1024)),
+         median(per_pod([sum(x.requests.values()) if x.requests is not None else None
+                          for x in s], n, 1)),
          median([x.passes for x in s]))
         for n, s in results.items()
     ]
@@ -217,6 +246,19 @@ def table(results: dict[int, list[Sample]]) -> str:
         ratio = (statistics.median(x.cpu_per_pod for x in results[largest])
                  / statistics.median(x.cpu_per_pod for x in results[64]))
         lines.append(f"CPU per pod, {largest} : 64 workers = {ratio:.2f}")
+    return "\n".join(lines + ["", requests_table(results)])
+
+
+def requests_table(results: dict[int, list[Sample]]) -> str:
+    """API requests of one start + restart + deletion by verb and resource (medians)."""
+    kinds = sorted({k for s in results.values() for x in s for k in (x.requests or {})})
+    head = ("requests", *(f"{n} workers" for n in results))
+    rows = [head] + [(kind, *(median([(x.requests or {}).get(kind, 0) for x in s])
+                              for s in results.values())) for kind in kinds]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = [" | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
 
 

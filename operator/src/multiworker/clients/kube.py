@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from multiworker.api import names
 from multiworker.api.conditions import bounded
 from multiworker.api.schema import format_time
-from multiworker.clients.transport import Transport
+from multiworker.clients.transport import Call, Transport
 
 log = logging.getLogger(__name__)
 
@@ -178,37 +178,38 @@ class Cluster:
     def create_pods(self, pods: Sequence[Manifest]) -> list[Created | Refused]:
         """Create pods in parallel (bounded by settings.concurrency): per pod, Created or the
         API server's refusal. Other errors (timeouts, 5xx) raise after every call ended."""
-        def create(pod: Manifest) -> Created | Refused:
+        errors = self.rest.send_all(
+            [Call("POST", _core_path(pod["metadata"]["namespace"], "pods"), pod) for pod in pods])
+        outcomes: list[Created | Refused] = []
+        for error in errors:
             try:
-                return self._create(_core_path(pod["metadata"]["namespace"], "pods"), pod)
+                outcomes.append(_created(error))
             except Refused as e:
-                return e
-        return self.rest.parallel(create, pods)
+                outcomes.append(e)
+        return outcomes
 
     def delete_pods(self, deletions: Sequence[PodDeletion]) -> None:
         """Delete pods in parallel, each by uid; already gone is success."""
-        def delete(d: PodDeletion) -> None:
-            options: Manifest = {"preconditions": {"uid": d.uid}}
-            if d.grace is not None:
-                options["gracePeriodSeconds"] = d.grace
-            self._delete(_core_path(d.namespace, "pods", d.name), options)
-        self.rest.parallel(delete, deletions)
+        def options(d: PodDeletion) -> Manifest:
+            return _delete_options({"preconditions": {"uid": d.uid}}
+                                   | ({} if d.grace is None else {"gracePeriodSeconds": d.grace}))
+        for error in self.rest.send_all([Call("DELETE", _core_path(d.namespace, "pods", d.name),
+                                              options(d)) for d in deletions]):
+            _deleted(error)
 
     def patch_pods(self, patches: Sequence[PodPatch]) -> list[bool]:
         """Merge labels and annotations into pods in parallel: per pod, whether it was
         patched (False: gone, or replaced by a newer pod of the same name)."""
-        def patch(p: PodPatch) -> bool:
-            body = {"metadata": {"uid": p.uid, "labels": dict(p.labels),
-                                 "annotations": dict(p.annotations)}}
-            try:
-                self.rest.send("PATCH", _core_path(p.namespace, "pods", p.name), body,
-                               content_type="application/merge-patch+json")
-            except ApiException as e:
-                if e.status in (404, 409, 422):
-                    return False
-                raise
-            return True
-        return self.rest.parallel(patch, patches)
+        errors = self.rest.send_all([
+            Call("PATCH", _core_path(p.namespace, "pods", p.name),
+                 {"metadata": {"uid": p.uid, "labels": dict(p.labels),
+                               "annotations": dict(p.annotations)}},
+                 content_type="application/merge-patch+json")
+            for p in patches])
+        for error in errors:
+            if error is not None and error.status not in (404, 409, 422):
+                raise error
+        return [error is None for error in errors]
 
     def create_object(self, path: str, manifest: Manifest) -> Created:
         """Create any namespaced object at its collection `path` (PodGroups, say)."""
@@ -302,22 +303,38 @@ class Cluster:
         try:
             self.rest.send("POST", path, manifest)
         except ApiException as e:
-            if e.status == 409:
-                return Created.EXISTS
-            message = _server_message(e)
-            kind = refusal_kind(e.status or 0, message)
-            if kind is not None:
-                raise Refused(kind, message) from e
-            raise
+            return _created(e)
         return Created.CREATED
 
     def _delete(self, path: str, options: Manifest) -> None:
-        """404 (already gone) and 409 (uid precondition: a newer object) are success."""
         try:
-            self.rest.send("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", **options})
+            self.rest.send("DELETE", path, _delete_options(options))
         except ApiException as e:
-            if e.status not in (404, 409):
-                raise
+            _deleted(e)
+
+
+def _created(error: ApiException | None) -> Created:
+    """What a create's answer means: created, or there already (409); a refusal raises
+    Refused, any other error itself."""
+    if error is None:
+        return Created.CREATED
+    if error.status == 409:
+        return Created.EXISTS
+    message = _server_message(error)
+    kind = refusal_kind(error.status or 0, message)
+    if kind is not None:
+        raise Refused(kind, message) from error
+    raise error
+
+
+def _deleted(error: ApiException | None) -> None:
+    """404 (already gone) and 409 (uid precondition: a newer object) are success."""
+    if error is not None and error.status not in (404, 409):
+        raise error
+
+
+def _delete_options(options: Manifest) -> Manifest:
+    return {"kind": "DeleteOptions", "apiVersion": "v1", **options}
 
 
 def _core_path(namespace: str, resource: str, name: str | None = None) -> str:

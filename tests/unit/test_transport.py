@@ -15,6 +15,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from multiworker.clients import metrics
@@ -26,7 +28,13 @@ from multiworker.clients.kube import (
     RefusalKind,
     Refused,
 )
-from multiworker.clients.transport import ClientSettings, Transport
+from multiworker.clients.transport import (
+    ClientSettings,
+    Transport,
+    decode_event,
+    without_managed_fields,
+)
+from pydantic_core import from_json
 
 # The answer for a pod named so: (HTTP status, the server's message).
 ANSWERS = {"exists": (409, "already exists"), "quota": (403, "exceeded quota: gpus"),
@@ -190,3 +198,58 @@ def test_an_api_server_that_refuses_connections_raises() -> None:
             cluster.create_pods([pod("a-0"), pod("a-1")])
     finally:
         cluster.rest.close()
+
+
+managed_fields: st.SearchStrategy[list[Any]] = st.lists(st.fixed_dictionaries({
+    "manager": st.text(), "operation": st.sampled_from(["Update", "Apply"]),
+    "fieldsV1": st.recursive(st.dictionaries(st.sampled_from(["f:spec", "f:metadata", "."]),
+                                             st.just({})),
+                             lambda inner: st.dictionaries(st.text(), inner), max_leaves=8)}),
+    max_size=3)
+json_values: st.SearchStrategy[Any] = st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
+                           lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(), inner, max_size=3), max_leaves=10)
+
+
+@given(meta=st.dictionaries(st.sampled_from(["name", "labels", "annotations", "finalizers",
+                                             "ownerReferences"]), json_values),
+       fields=managed_fields, spec=st.dictionaries(st.text(), json_values),
+       rest=st.dictionaries(st.sampled_from(["status", "data"]), json_values))
+def test_an_event_without_its_managed_fields_decodes_to_the_same_event_less_them(
+    meta: dict[str, Any], fields: list[Any], spec: dict[str, Any], rest: dict[str, Any],
+) -> None:
+    """Whatever metadata, managers and spec hold (quotes, brackets, `]},"spec":` in strings),
+    the cut event decodes to the whole event with managedFields dropped; laid out otherwise
+    (no spec after metadata), it comes back untouched."""
+    for obj in ({"metadata": {**meta, "managedFields": fields}, "spec": spec, **rest},
+                {"metadata": {**meta, "managedFields": fields}, **rest}):
+        event = json.dumps({"type": "MODIFIED", "object": obj}, separators=(",", ":")).encode()
+        expected = json.loads(event)
+        if "spec" in obj:
+            del expected["object"]["metadata"]["managedFields"]
+        assert from_json(without_managed_fields(event)) == expected
+
+
+def test_a_pod_event_as_the_api_server_writes_it_loses_only_its_managed_fields() -> None:
+    pod = {"kind": "Pod", "apiVersion": "v1",
+           "metadata": {"name": "w-0", "resourceVersion": "7", "labels": {"a": "]},\"spec\":"},
+                        "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:spec": {}}}]},
+           "spec": {"nodeName": "n"}, "status": {"phase": "Running"}}
+    event = json.dumps({"type": "ADDED", "object": pod}, separators=(",", ":")).encode()
+    decoded = decode_event(event, built_in=True)
+    assert decoded["object"]["metadata"] == {"name": "w-0", "resourceVersion": "7",
+                                             "labels": {"a": "]},\"spec\":"}}
+    assert decoded["object"]["spec"] == {"nodeName": "n"}
+    assert decoded["object"]["status"] == {"phase": "Running"}
+
+
+@pytest.mark.parametrize("built_in", [True, False])
+def test_a_custom_resource_written_with_sorted_keys_is_decoded_whole(built_in: bool) -> None:
+    """Custom resources come with sorted keys: name, resourceVersion and uid after
+    managedFields. Cutting there would lose them; the event is decoded whole instead."""
+    job = {"apiVersion": "multiworker.dev/v1alpha1", "kind": "MultiWorkerJob",
+           "metadata": {"generation": 2, "managedFields": [{"manager": "kubectl"}],
+                        "name": "j", "namespace": "ns", "resourceVersion": "9", "uid": "u"},
+           "spec": {"workers": 2}}
+    event = json.dumps({"type": "MODIFIED", "object": job}, separators=(",", ":")).encode()
+    assert decode_event(event, built_in) == json.loads(event)

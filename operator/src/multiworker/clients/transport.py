@@ -142,7 +142,7 @@ class Transport:
         response = self.request("GET", path, query=query, verb="watch",
                                 read_timeout=read_timeout)
         group, resource, _ = _resource(path)
-        label = f"{group}/{resource}" if group else resource
+        label, built_in = f"{group}/{resource}" if group else resource, not group
         received, events = metrics.WATCH_BYTES.labels(label), metrics.WATCH_EVENTS.labels(label)
         try:
             buffer = b""
@@ -154,7 +154,7 @@ class Transport:
                     if not line.strip():
                         continue
                     events.inc()
-                    event: Manifest = from_json(line)
+                    event = decode_event(line, built_in)
                     if event.get("type") == "ERROR":
                         error = event.get("object") or {}
                         if error.get("code") == 410:
@@ -301,6 +301,39 @@ class Transport:
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
                 limit=self.pool_size, ssl=ssl_context(self.api.configuration)))
         return self._session
+
+
+def without_managed_fields(event: bytes) -> bytes:
+    """A watch event's JSON without its object's metadata.managedFields, cut out before decoding:
+    no pass reads them (the informers drop them), yet they are some 40 % of a pod's bytes and
+    most of its small objects, the part of decoding that costs (measured here: 31 us for a
+    6.3 KB pod event, 20 us without). For built-in kinds the API server writes ObjectMeta's
+    fields in their declared order, managedFields last, and metadata before spec; in JSON a
+    quote after a comma or a brace is never inside a string and no managedFields key is "spec",
+    so the first `]},"spec":` after `"managedFields":[` ends them. Objects laid out otherwise
+    (no spec) come back whole; the caller checks what it decoded (decode_event)."""
+    start = event.find(b'"managedFields":[')
+    end = event.find(b']},"spec":', start) if start > 0 else -1
+    if end < 0:
+        return event
+    if event[start - 1] == ord(","):
+        return event[:start - 1] + event[end + 1:]
+    if event[start - 1] == ord("{"):
+        return event[:start] + event[end + 1:]
+    return event
+
+
+def decode_event(line: bytes, built_in: bool) -> Manifest:
+    """A watch event, decoded without managedFields where that is safe: for a built-in kind
+    (custom resources are written with sorted keys, managedFields before name), and only if
+    what was decoded still has the fields that follow them in ObjectMeta's order."""
+    if built_in:
+        event: Manifest = from_json(without_managed_fields(line))
+        if "resourceVersion" in ((event.get("object") or {}).get("metadata") or {}) \
+                or event.get("type") in ("ERROR", "BOOKMARK"):
+            return event
+    found: Manifest = from_json(line)
+    return found
 
 
 def ssl_context(config: client.Configuration) -> ssl.SSLContext | bool:

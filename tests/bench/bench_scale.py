@@ -7,8 +7,9 @@ Needs the local cluster (make cluster-up). It adds fake nodes (hack/cluster/fake
 --gpus each, enough for the largest size), applies the CRD from crds/, runs the real operator
 (.venv/bin/multiworker-operator) as a subprocess for a fresh namespace, and for each size and
 repetition applies a MultiWorkerJob whose pods only fit on fake nodes (one nvidia.com/gpu each),
-measures, and deletes it. At the end it deletes the namespace and the fake nodes and stops the
-operator, and prints a table of medians:
+measures, and deletes it (one job of the smallest size goes first, unmeasured, so that no
+figure carries the fresh process's first connections). At the end it deletes the namespace and
+the fake nodes and stops the operator, and prints a table of medians:
 
 - start: apply -> status phase Running, ready N/N (generation 0), seen by polling every 0.1 s;
 - restart: delete one worker pod (a disruption) -> generation 1 Running, ready N/N;
@@ -279,6 +280,10 @@ def run(args: argparse.Namespace) -> dict[int, list[Sample]]:
         with operator(cluster, ns, logs / "operator.log", "--metrics-port", str(metrics_port),
                       *os.environ.get("MW_BENCH_OPERATOR_ARGS", "").split(),
                       ready_timeout=60) as proc:
+            # Unmeasured: a fresh process's first job also pays its first connections, TLS
+            # handshakes and lazy imports, which would land on the first size's first rep.
+            measure(cluster, ns, proc.pid, metrics_port, "bench-warmup", min(args.sizes),
+                    args.timeout)
             for n in args.sizes:
                 for rep in range(args.reps):
                     profiling = args.profile is not None and n == max(args.sizes) and rep == 0

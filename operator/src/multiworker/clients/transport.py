@@ -325,8 +325,9 @@ def without_managed_fields(event: bytes) -> bytes:
 
 def decode_event(line: bytes, built_in: bool) -> Manifest:
     """A watch event, decoded without managedFields where that is safe: for a built-in kind
-    (custom resources are written with sorted keys, managedFields before name), and only if
-    what was decoded still has the fields that follow them in ObjectMeta's order."""
+    (custom resources are written with sorted keys: managedFields before name, namespace,
+    resourceVersion and uid), and only if what was decoded still has metadata.resourceVersion,
+    which a cut in such a layout would have taken with it (then the event is decoded whole)."""
     if built_in:
         event: Manifest = from_json(without_managed_fields(line))
         if "resourceVersion" in ((event.get("object") or {}).get("metadata") or {}) \

@@ -142,7 +142,8 @@ class Transport:
         response = self.request("GET", path, query=query, verb="watch",
                                 read_timeout=read_timeout)
         group, resource, _ = _resource(path)
-        label, built_in = f"{group}/{resource}" if group else resource, not group
+        label = f"{group}/{resource}" if group else resource
+        cut = not group and resource in CUT_MANAGED_FIELDS
         received, events = metrics.WATCH_BYTES.labels(label), metrics.WATCH_EVENTS.labels(label)
         try:
             buffer = b""
@@ -154,7 +155,7 @@ class Transport:
                     if not line.strip():
                         continue
                     events.inc()
-                    event = decode_event(line, built_in)
+                    event = decode_event(line, cut)
                     if event.get("type") == "ERROR":
                         error = event.get("object") or {}
                         if error.get("code") == 410:
@@ -303,15 +304,19 @@ class Transport:
         return self._session
 
 
+# Kinds whose objects the API server writes with ObjectMeta's fields in declared order
+# (managedFields last) and spec right after metadata: typed, and spec never omitted.
+CUT_MANAGED_FIELDS = frozenset({"pods", "nodes"})
+
+
 def without_managed_fields(event: bytes) -> bytes:
     """A watch event's JSON without its object's metadata.managedFields, cut out before decoding:
     no pass reads them (the informers drop them), yet they are some 40 % of a pod's bytes and
     most of its small objects, the part of decoding that costs (measured here: 31 us for a
-    6.3 KB pod event, 20 us without). For built-in kinds the API server writes ObjectMeta's
-    fields in their declared order, managedFields last, and metadata before spec; in JSON a
-    quote after a comma or a brace is never inside a string and no managedFields key is "spec",
-    so the first `]},"spec":` after `"managedFields":[` ends them. Objects laid out otherwise
-    (no spec) come back whole; the caller checks what it decoded (decode_event)."""
+    6.3 KB pod event, 20 us without). Only for CUT_MANAGED_FIELDS: there metadata ends with
+    managedFields and spec follows it. `]},"spec":` cannot occur inside a JSON string (a quote
+    after a comma would end it), and managedFields hold no lists (fieldsV1 is objects only), so
+    the first `]},"spec":` after `"managedFields":[` closes them and metadata."""
     start = event.find(b'"managedFields":[')
     end = event.find(b']},"spec":', start) if start > 0 else -1
     if end < 0:
@@ -323,16 +328,20 @@ def without_managed_fields(event: bytes) -> bytes:
     return event
 
 
-def decode_event(line: bytes, built_in: bool) -> Manifest:
-    """A watch event, decoded without managedFields where that is safe: for a built-in kind
-    (custom resources are written with sorted keys: managedFields before name, namespace,
-    resourceVersion and uid), and only if what was decoded still has metadata.resourceVersion,
-    which a cut in such a layout would have taken with it (then the event is decoded whole)."""
-    if built_in:
-        event: Manifest = from_json(without_managed_fields(line))
-        if "resourceVersion" in ((event.get("object") or {}).get("metadata") or {}) \
-                or event.get("type") in ("ERROR", "BOOKMARK"):
-            return event
+def decode_event(line: bytes, cut: bool) -> Manifest:
+    """A watch event, decoded without managedFields where `cut` says the layout allows it
+    (without_managed_fields); decoded whole if the cut one is not JSON or lost
+    metadata.resourceVersion — what a cut in another layout (keys sorted, as custom resources
+    are written, or no spec after metadata) would do."""
+    if cut:
+        try:
+            event: Manifest = from_json(without_managed_fields(line))
+        except ValueError:
+            pass
+        else:
+            if "resourceVersion" in ((event.get("object") or {}).get("metadata") or {}) \
+                    or event.get("type") in ("ERROR", "BOOKMARK"):
+                return event
     found: Manifest = from_json(line)
     return found
 

@@ -205,16 +205,13 @@ class Transport:
         """One call from the caller's thread, through the client's urllib3 pool, with (connect,
         read) timeouts; the raw response (body unread), status checked: an error status raises
         ApiException with the server's answer."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        # The credentials as the client holds them now (a rotated token is re-read there).
-        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
-        url = self.api.configuration.host + path + (f"?{urlencode(query)}" if query else "")
+        url, headers, data = self._prepare(method, path, body, query, content_type)
         timeout = read_timeout or self.settings.timeout_seconds
         code = "error"
         try:
             response = self.api.rest_client.pool_manager.request(
                 method, url, headers=headers, preload_content=False,
-                body=None if body is None else json.dumps(body, separators=(",", ":")),
+                body=data,
                 timeout=urllib3.Timeout(connect=min(timeout, 10), read=timeout))
             code = str(response.status)
             if not 200 <= response.status < 300:
@@ -262,12 +259,9 @@ class Transport:
     async def _send(self, call: Call) -> None:
         """One call of a batch, from the API loop; its answer read off the connection, not
         decoded (at 1,024 pods that is 1,024 pods' JSON)."""
-        method, path, body = call.method, call.path, call.body
-        headers = {"Accept": "application/json", "Content-Type": call.content_type}
-        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        method, path = call.method, call.path
+        url, headers, data = self._prepare(method, path, call.body, None, call.content_type)
         config = self.api.configuration
-        url = config.host + path
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         seconds = self.settings.timeout_seconds
         limits = aiohttp.ClientTimeout(sock_connect=min(seconds, 10), sock_read=seconds)
         session = await self._connected()
@@ -295,6 +289,18 @@ class Transport:
             raise AssertionError("unreachable")
         finally:
             _count(method, path, None, code)
+
+    def _prepare(
+        self, method: str, path: str, body: Manifest | None,
+        query: list[tuple[str, str]] | None, content_type: str,
+    ) -> tuple[str, dict[str, str], bytes | None]:
+        """URL, headers and encoded body of one call, for either HTTP stack."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        # The credentials as the client holds them now (a rotated token is re-read there).
+        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        url = self.api.configuration.host + path + (f"?{urlencode(query)}" if query else "")
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        return url, headers, data
 
     async def _connected(self) -> aiohttp.ClientSession:
         """The API loop's one session: a pool of keep-alive connections to the API server."""

@@ -23,7 +23,7 @@ the fake nodes and stops the operator, and prints a table of medians:
 - passes: reconcile passes run over those events.
 
 With --profile FILE, py-spy (pip install py-spy) samples the operator during the largest size's
-first repetition and the top functions by inclusive time are printed (collapsed stacks in FILE).
+repetitions and the top functions by inclusive time are printed (collapsed stacks in FILE).
 
 Nothing runs in the pods: kwok reports them Running with IPs (from its --cidr) that have
 nothing behind them, so the operator's progress polls (podIP:8471) never get a report. How long
@@ -142,7 +142,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=300,
                         help="give up on one measurement after this many seconds")
     parser.add_argument("--profile", type=Path, default=None,
-                        help="py-spy the operator during the largest size's first repetition; "
+                        help="py-spy the operator during the largest size's repetitions; "
                              "collapsed stacks go to this file")
     args = parser.parse_args(argv)
     args.sizes = [int(n) for n in args.workers.split(",") if n.strip()]
@@ -285,18 +285,17 @@ def run(args: argparse.Namespace) -> dict[int, list[Sample]]:
             measure(cluster, ns, proc.pid, metrics_port, "bench-warmup", min(args.sizes),
                     args.timeout)
             for n in args.sizes:
-                for rep in range(args.reps):
-                    profiling = args.profile is not None and n == max(args.sizes) and rep == 0
-                    with sampling(proc.pid, args.profile) if profiling \
-                            else contextlib.nullcontext():
+                profiling = args.profile is not None and n == max(args.sizes)
+                with sampling(proc.pid, args.profile) if profiling else contextlib.nullcontext():
+                    for rep in range(args.reps):
                         sample = measure(cluster, ns, proc.pid, metrics_port,
                                          f"bench-{n}-{rep}", n, args.timeout)
-                    results.setdefault(n, []).append(sample)
-                    print(f"  {n:4d} workers, rep {rep}: start {sample.start:.2f}s, "
-                          f"restart {sample.restart:.2f}s (lastRecoverySeconds "
-                          f"{sample.last_recovery}), operator CPU {sample.operator_cpu:.2f}s "
-                          f"({sample.cpu_per_pod * 1000:.2f} ms per pod), "
-                          f"{sample.passes} passes", file=sys.stderr)
+                        results.setdefault(n, []).append(sample)
+                        print(f"  {n:4d} workers, rep {rep}: start {sample.start:.2f}s, "
+                              f"restart {sample.restart:.2f}s (lastRecoverySeconds "
+                              f"{sample.last_recovery}), operator CPU "
+                              f"{sample.operator_cpu:.2f}s ({sample.cpu_per_pod * 1000:.2f} ms "
+                              f"per pod), {sample.passes} passes", file=sys.stderr)
     except (AssertionError, RuntimeError) as e:  # keep what was measured; say where it stopped
         print(f"stopped early: {e}", file=sys.stderr)
     finally:

@@ -102,7 +102,7 @@ def test_default_is_cluster_wide_with_leader_election(tmp_path: Path) -> None:
     args = container(objs)["args"]
     assert "--all-namespaces" in args and "--standalone" not in args
     assert not [a for a in args if a.startswith(("--namespace", "--peering"))]
-    assert {"--kube-api-qps=100", "--kube-api-burst=500", "--request-timeout=30"} <= set(args)
+    assert {"--kube-api-qps=500", "--kube-api-burst=1000", "--request-timeout=30"} <= set(args)
     deployment = one(objs, "Deployment")
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"] == {"type": "RollingUpdate"}

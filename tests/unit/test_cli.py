@@ -22,7 +22,7 @@ def test_all_namespaces_with_ports_limits_and_json_logs() -> None:
 
 def test_defaults_protect_the_api_server() -> None:
     args = parse_args(["-A"])
-    assert (args.kube_api_qps, args.kube_api_burst, args.request_timeout) == (100, 500, 30)
+    assert (args.kube_api_qps, args.kube_api_burst, args.request_timeout) == (500, 1000, 30)
 
 
 @pytest.mark.parametrize("argv", [

@@ -20,7 +20,11 @@ the fake nodes and stops the operator, and prints a table of medians:
   seconds do not depend on how many cores the machine has, so this is the figure to compare
   across machines and sizes (the table ends with its ratio between the largest and 64 workers);
 - watch KB/pod: bytes of pod watch events the operator received per pod created;
-- passes: reconcile passes run over those events.
+- passes: reconcile passes run over those events;
+- a second table: that CPU per pod by the operator's thread (informer threads, the API loop
+  that sends the batches, the event loop, the pass workers; names from `py-spy dump` where
+  py-spy is installed), read from each thread's own CPU clock. A sampling profile run against
+  a busy 2-core machine overstates threads preempted while they hold the GIL; these clocks do not.
 
 With --profile FILE, py-spy (pip install py-spy) samples the operator during the largest size's
 repetitions and the top functions by inclusive time are printed (collapsed stacks in FILE).
@@ -85,6 +89,7 @@ class Sample:
     watch_bytes: float | None  # bytes of pod watch events meanwhile
     passes: float | None  # reconcile passes meanwhile
     requests: dict[str, float] | None = None  # API requests meanwhile, by "verb resource"
+    threads: dict[str, float] | None = None  # operator CPU seconds meanwhile, by thread
 
     @property
     def cpu_per_pod(self) -> float:
@@ -188,6 +193,7 @@ def measure(cluster: Cluster, ns: str, pid: int, metrics_port: int, name: str, w
     """One job: apply, wait until running; delete a worker pod, wait until the next
     generation runs; delete the job and wait until its pods are gone."""
     counters0 = Counters.read(metrics_port)
+    threads0 = thread_cpu(pid)
     cpu0 = cpu_seconds(pid)
     applied = time.monotonic()
     cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job_manifest(name, workers)))
@@ -210,11 +216,54 @@ def measure(cluster: Cluster, ns: str, pid: int, metrics_port: int, name: str, w
     wait_for(lambda: cluster.pods_gone(ns, name), timeout, POLL_SECONDS, f"{name}: pods deleted")
     time.sleep(1)  # the last deletions' events reach the operator
     cpu1 = cpu_seconds(pid)
+    threads1 = thread_cpu(pid)
     counted = Counters.read(metrics_port).since(counters0)
     return Sample(workers=workers, start=started - applied, restart=restarted - deleted,
                   last_recovery=status.get("lastRecoverySeconds"), operator_cpu=cpu1 - cpu0,
                   watch_bytes=counted.watch_bytes, passes=counted.passes,
-                  requests=counted.requests)
+                  requests=counted.requests, threads=by_thread(pid, threads0, threads1))
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each live thread of `pid` so far: the scheduler's count in nanoseconds
+    (/proc/.../schedstat; another process's thread CPU clock cannot be read), else /proc's
+    10 ms ticks."""
+    seconds = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            try:
+                seconds[int(task.name)] = int((task / "schedstat").read_text().split()[0]) / 1e9
+            except OSError:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                seconds[int(task.name)] = ((int(fields[11]) + int(fields[12]))
+                                           / os.sysconf("SC_CLK_TCK"))
+    return seconds
+
+
+def by_thread(pid: int, before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+    """CPU seconds spent between two thread_cpu readings, by thread kind; threads that ended
+    meanwhile are in no row (the process total has them)."""
+    names = thread_names(pid)
+    spent: Counter[str] = Counter()
+    for tid, seconds in after.items():
+        name = names.get(tid, f"thread {tid}")
+        name = re.sub(r"^informer /.*/", "informer ", name)  # informer /api/v1/.../pods
+        name = re.sub(r"^asyncio_\d+$", "passes (asyncio_N)", name)
+        spent[name] += seconds - before.get(tid, 0.0)
+    return dict(spent)
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """Python's names of the threads of `pid`, by native id (`py-spy dump`; {} without it)."""
+    beside = Path(sys.executable).with_name("py-spy")
+    try:
+        dump = subprocess.run([str(beside) if beside.exists() else "py-spy", "dump", "--pid",
+                               str(pid), "--nonblocking"], capture_output=True, text=True,
+                              timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {int(tid): name for tid, name in re.findall(r'^Thread (\d+) \(\w+\): "(.*)"$', dump,
+                                                         re.MULTILINE)}
 
 
 def median(values: list[float | None]) -> str:
@@ -247,7 +296,24 @@ def table(results: dict[int, list[Sample]]) -> str:
         ratio = (statistics.median(x.cpu_per_pod for x in results[largest])
                  / statistics.median(x.cpu_per_pod for x in results[64]))
         lines.append(f"CPU per pod, {largest} : 64 workers = {ratio:.2f}")
-    return "\n".join(lines + ["", requests_table(results)])
+    return "\n".join(lines + ["", requests_table(results), "", threads_table(results)])
+
+
+def threads_table(results: dict[int, list[Sample]]) -> str:
+    """Operator CPU per pod created, in ms, by thread (medians; rows under 0.01 ms left out)."""
+    def per_pod(kind: str, samples: list[Sample]) -> float:
+        return statistics.median((x.threads or {}).get(kind, 0.0) * 1000 / (2 * x.workers)
+                                 for x in samples)
+    kinds = {k for s in results.values() for x in s for k in (x.threads or {})}
+    order = sorted(kinds, key=lambda k: -max(per_pod(k, s) for s in results.values()))
+    head = ("CPU per pod, ms, by thread", *(f"{n} workers" for n in results))
+    rows = [head] + [(k, *(f"{per_pod(k, s):.2f}" for s in results.values())) for k in order
+                     if max(per_pod(k, s) for s in results.values()) >= 0.01]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = [" | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def requests_table(results: dict[int, list[Sample]]) -> str:

@@ -3,7 +3,8 @@ the whole group after one worker pod is deleted, on kwok fake nodes (not part of
 
     .venv/bin/python tests/bench/bench_scale.py [--workers 8,64,256,1024] [--reps 3]
 
-Needs the local cluster (make cluster-up). It adds fake nodes (hack/cluster/fake-nodes.sh,
+Needs the local cluster (make cluster-up) and holds its lock (/tmp/mw-cluster.lock; --no-lock
+when the caller holds it). It adds fake nodes (hack/cluster/fake-nodes.sh,
 --gpus each, enough for the largest size), applies the CRD from crds/, runs the real operator
 (.venv/bin/multiworker-operator) as a subprocess for a fresh namespace, and for each size and
 repetition applies a MultiWorkerJob whose pods only fit on fake nodes (one nvidia.com/gpu each),
@@ -23,8 +24,8 @@ the fake nodes and stops the operator, and prints a table of medians:
 - passes: reconcile passes run over those events;
 - a second table: that CPU per pod by the operator's thread (informer threads, the API loop
   that sends the batches, the event loop, the pass workers; names from `py-spy dump` where
-  py-spy is installed), read from each thread's own CPU clock. A sampling profile run against
-  a busy 2-core machine overstates threads preempted while they hold the GIL; these clocks do not.
+  py-spy is installed), from the scheduler's count per thread. A sampling profile run against
+  a busy 2-core machine overstates threads preempted while they hold the GIL; that count does not.
 
 With --profile FILE, py-spy (pip install py-spy) samples the operator during the largest size's
 repetitions and the top functions by inclusive time are printed (collapsed stacks in FILE).
@@ -62,6 +63,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench.harness import (
+    CLUSTER_LOCK,
     GROUP,
     IMAGE,
     PLURAL,
@@ -69,6 +71,7 @@ from tests.bench.harness import (
     VERSION,
     Cluster,
     Obj,
+    cluster_lock,
     cpu_seconds,
     free_port,
     operator,
@@ -129,13 +132,14 @@ def scrape_requests(port: int) -> dict[str, float] | None:
             text = r.read().decode()
     except OSError:
         return None
-    counts: Counter[str] = Counter()
+    counts: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         if family.name == "multiworker_api_requests":
             for sample in family.samples:
                 if sample.name.endswith("_total"):
-                    counts[f"{sample.labels['verb']} {sample.labels['resource']}"] += sample.value
-    return dict(counts)
+                    kind = f"{sample.labels['verb']} {sample.labels['resource']}"
+                    counts[kind] = counts.get(kind, 0.0) + sample.value
+    return counts
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -146,6 +150,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpus", type=int, default=8, help="nvidia.com/gpu per fake node")
     parser.add_argument("--timeout", type=float, default=300,
                         help="give up on one measurement after this many seconds")
+    parser.add_argument("--no-lock", action="store_true",
+                        help=f"the caller holds the cluster lock ({CLUSTER_LOCK})")
     parser.add_argument("--profile", type=Path, default=None,
                         help="py-spy the operator during the largest size's repetitions; "
                              "collapsed stacks go to this file")
@@ -244,13 +250,13 @@ def by_thread(pid: int, before: dict[int, float], after: dict[int, float]) -> di
     """CPU seconds spent between two thread_cpu readings, by thread kind; threads that ended
     meanwhile are in no row (the process total has them)."""
     names = thread_names(pid)
-    spent: Counter[str] = Counter()
+    spent: dict[str, float] = {}
     for tid, seconds in after.items():
         name = names.get(tid, f"thread {tid}")
         name = re.sub(r"^informer /.*/", "informer ", name)  # informer /api/v1/.../pods
         name = re.sub(r"^asyncio_\d+$", "passes (asyncio_N)", name)
-        spent[name] += seconds - before.get(tid, 0.0)
-    return dict(spent)
+        spent[name] = spent.get(name, 0.0) + seconds - before.get(tid, 0.0)
+    return spent
 
 
 def thread_names(pid: int) -> dict[int, str]:
@@ -414,7 +420,9 @@ def top_functions(collapsed: str, count: int = 25) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    results = run(parse_args(argv))
+    args = parse_args(argv)
+    with cluster_lock(hold=not args.no_lock):  # its end deletes every fake node
+        results = run(args)
     print(table(results))
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import math
 import os
 import sys
@@ -50,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench import report
 from tests.bench.contenders import CONTENDERS, Contender, Multiworker, pod_spec
-from tests.bench.harness import REPO, Cluster, wait_for
+from tests.bench.harness import CLUSTER_LOCK, REPO, Cluster, cluster_lock, wait_for
 from tests.bench.identity import install, kubeconfig_for
 from tests.bench.mirror import Mirror
 from tests.bench.scenarios import Figures, Unit, start_and_fail, steady
@@ -86,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpus-per-node", type=int, default=100, help="fake nodes (<= 110 pods)")
     p.add_argument("--timeout", type=float, default=300, help="one wait, seconds")
     p.add_argument("--scale-timeout", type=float, default=2400)
-    p.add_argument("--lock", default="/tmp/mw-cluster.lock")
+    p.add_argument("--lock", default=CLUSTER_LOCK)
     p.add_argument("--no-lock", action="store_true", help="the caller holds the cluster lock")
     p.add_argument("--lock-per", choices=("unit", "scenario", "run"), default="scenario",
                    help="hold the cluster lock per unit (one rep of one operator), per "
@@ -108,17 +107,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-@contextlib.contextmanager
-def cluster_lock(args: argparse.Namespace) -> Iterator[None]:
-    if args.no_lock:
-        yield
-        return
-    with open(args.lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+def held(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    return cluster_lock(args.lock, hold=not args.no_lock)
 
 
 def pods_needed(args: argparse.Namespace) -> int:
@@ -212,7 +202,7 @@ def run_scenario(cluster: Cluster, args: argparse.Namespace, contenders: list[Co
         order = contenders if rep % 2 == 0 else contenders[::-1]  # ABBA: no drift
         for c in order:
             t = time.monotonic()
-            with cluster_lock(args) if args.lock_per == "unit" else contextlib.nullcontext():
+            with held(args) if args.lock_per == "unit" else contextlib.nullcontext():
                 try:
                     ensure_cluster(cluster, args, contenders)
                     figures = run_unit(cluster, args, c, scenario, logs)
@@ -237,11 +227,11 @@ def main(argv: list[str] | None = None) -> None:
              else [[s] for s in args.scenario_list])
     try:
         for i, scenarios in enumerate(holds):
-            with cluster_lock(args) if args.lock_per != "unit" else contextlib.nullcontext():
+            with held(args) if args.lock_per != "unit" else contextlib.nullcontext():
                 for scenario in scenarios:
                     run_scenario(cluster, args, contenders, scenario, logs, results)
                 if i == len(holds) - 1:  # still holding the lock: no fake nodes left behind
-                    with (cluster_lock(args) if args.lock_per == "unit"
+                    with (held(args) if args.lock_per == "unit"
                           else contextlib.nullcontext()), contextlib.suppress(RuntimeError):
                         cluster.run(REPO / "hack/cluster/fake-nodes.sh", "--delete")
     finally:

@@ -7,6 +7,7 @@ root; each puts the root on sys.path before importing this module.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -23,9 +24,9 @@ from kubernetes import client, config
 
 from tests.support import wait_for
 
-__all__ = ["BIN", "GROUP", "IMAGE", "JOB_LABEL", "OPERATOR", "PLURAL", "REPO", "VERSION",
-           "Cluster", "Obj", "cpu_seconds", "free_port", "http_ok", "operator", "process",
-           "rss_bytes", "wait_for"]
+__all__ = ["BIN", "CLUSTER_LOCK", "GROUP", "IMAGE", "JOB_LABEL", "OPERATOR", "PLURAL", "REPO",
+           "VERSION", "Cluster", "Obj", "cluster_lock", "cpu_seconds", "free_port", "http_ok",
+           "operator", "process", "rss_bytes", "wait_for"]
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("MW_CACHE", Path.home() / ".cache" / "multiworker")) / "bin"
@@ -124,6 +125,25 @@ def operator(cluster: Cluster, namespace: str, log: Path, *options: str,
     with process(cmd, cluster.env, log, lambda: http_ok(f"http://127.0.0.1:{health}/healthz"),
                  ready_timeout) as proc:
         yield proc
+
+
+CLUSTER_LOCK = "/tmp/mw-cluster.lock"
+
+
+@contextlib.contextmanager
+def cluster_lock(path: str = CLUSTER_LOCK, hold: bool = True) -> Iterator[None]:
+    """Hold the local cluster's lock (flock on `path`) for the block: benchmarks, chaos runs and
+    `make test` share one cluster, and a benchmark that ends deletes every fake node. `hold`
+    False: the caller holds it already."""
+    if not hold:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -60,7 +60,7 @@ class ClientSettings:
     # Sustained requests per second. A runaway loop is the server's to throttle (API Priority
     # and Fairness); this bound keeps one operator from taking all of it. At 100 it set the
     # pace of large groups (a 1,024-worker restart is ~2,050 calls: 15 s of tokens after the
-    # burst; 1,000 jobs x 8 some 20,000 calls) and throttled calls cost ~3x the CPU each (a
+    # burst; 1,000 jobs x 8 some 13,000 calls) and throttled calls cost ~3x the CPU each (a
     # batch goes out one call per wake-up). JobSet's default is 500 too.
     qps: float = 500.0
     burst: int = 1000  # at once after a quiet period: a whole 512-worker group restart

@@ -51,6 +51,25 @@ def test_quota_that_never_frees_up_fails_at_the_startup_timeout(jobs: Jobs) -> N
     assert "refused by quota" in failed["message"]
 
 
+def test_a_job_applied_before_its_service_account_waits_for_it_then_runs(jobs: Jobs) -> None:
+    """`kubectl apply -f dir/` may create the job before its ServiceAccount (and a fresh
+    namespace's "default" comes a moment after the namespace): a refusal that passes."""
+    train = job("train", SLEEP, workers=2)
+    train["spec"]["template"]["spec"]["serviceAccountName"] = "trainer"
+    jobs.apply(train)
+    status = jobs.wait("train", "a ServiceAccountMissing condition",
+                       lambda s: s if (c := condition(s, "Running")) is not None
+                       and c["reason"] == "ServiceAccountMissing" else None)
+    message = condition(status, "Running")["message"]  # type: ignore[index]
+    assert "service account does not exist" in message and '"trainer" not found' in message
+    assert status.get("phase") != "Failed"
+    jobs.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "trainer"}})
+    status = jobs.wait("train", "the whole group running", lambda s: s if s.get("phase") ==
+                       "Running" else None, timeout=120)
+    assert (status["restarts"], status["disruptions"]) == (0, 0)
+    assert {p["spec"]["serviceAccountName"] for p in jobs.pods("train")} == {"trainer"}
+
+
 def test_an_admission_denial_fails_at_once_with_the_servers_words(
     jobs: Jobs, cluster: Cluster
 ) -> None:

@@ -388,19 +388,26 @@ def test_a_node_counts_as_lost_only_after_node_lost_seconds_of_known_trouble(
     assert (action.kind is ActionKind.RESTART_GROUP_UNCOUNTED) is restarts, action
 
 
-def test_refused_pods_fail_unless_it_is_quota_which_waits_until_the_startup_timeout() -> None:
+@pytest.mark.parametrize(("passing", "words"), [
+    ("QuotaExceeded", "refused by quota"),
+    ("ServiceAccountMissing", "their service account does not exist (yet)"),
+])
+def test_refused_pods_fail_unless_the_refusal_may_pass_which_waits_until_the_startup_timeout(
+    passing: str, words: str,
+) -> None:
     spec = make_spec(health={"startupTimeoutSeconds": 100})
-    denied = refused_start_action(spec, JobStatus(), at(0), "violates PodSecurity", quota=False)
+    denied = refused_start_action(spec, JobStatus(), at(0), "violates PodSecurity", None)
     assert (denied.kind, denied.reason) == (ActionKind.FAIL_JOB, "PodRefused")
-    quota = refused_start_action(spec, JobStatus(), at(0), "exceeded quota: gpus", quota=True)
-    assert (quota.kind, quota.delay_seconds) == (ActionKind.WAIT, 2)
+    first = refused_start_action(spec, JobStatus(), at(0), "the server's words", passing)
+    assert (first.kind, first.reason, first.delay_seconds) == (ActionKind.WAIT, passing, 2)
+    assert words in first.message and "the server's words" in first.message
     later = refused_start_action(spec, JobStatus(blocked_since=at(0)), at(40),
-                                 "exceeded quota: gpus", quota=True)
+                                 "the server's words", passing)
     assert (later.kind, later.delay_seconds) == (ActionKind.WAIT, 20)
     over = refused_start_action(spec, JobStatus(blocked_since=at(0)), at(100),
-                                "exceeded quota: gpus", quota=True)
+                                "the server's words", passing)
     assert (over.kind, over.reason) == (ActionKind.FAIL_JOB, "StartupTimeout")
-    assert "refused by quota for 100s" in over.message
+    assert f"{words} for 100s" in over.message
 
 
 def test_image_skew_pins_the_next_group_to_the_chiefs_digest_once() -> None:

@@ -39,6 +39,7 @@ from pydantic_core import from_json
 # The answer for a pod named so: (HTTP status, the server's message).
 ANSWERS = {"exists": (409, "already exists"), "quota": (403, "exceeded quota: gpus"),
            "forbidden": (403, "forbidden"), "invalid": (422, "spec.containers: Required"),
+           "account": (403, 'error looking up service account ns/a: serviceaccount "a" not found'),
            "gone": (404, "not found"), "newer": (409, "Precondition failed: UID"),
            "broken": (500, "etcd is sad")}
 
@@ -114,15 +115,17 @@ def test_each_create_answer_means_created_there_already_or_a_refusal(
     api: FakeAPI, cluster: Cluster,
 ) -> None:
     outcomes = cluster.create_pods([pod(n) for n in
-                                    ("a-0", "exists-1", "quota-2", "forbidden-3", "invalid-4")])
+                                    ("a-0", "exists-1", "quota-2", "forbidden-3", "invalid-4",
+                                     "account-5")])
     assert outcomes[:2] == [Created.CREATED, Created.EXISTS]
     refusals = outcomes[2:]
     assert all(isinstance(r, Refused) for r in refusals)
     assert [r.kind for r in refusals if isinstance(r, Refused)] == [
-        RefusalKind.QUOTA, RefusalKind.FORBIDDEN, RefusalKind.INVALID]
+        RefusalKind.QUOTA, RefusalKind.FORBIDDEN, RefusalKind.INVALID,
+        RefusalKind.SERVICE_ACCOUNT]
     assert "exceeded quota: gpus" in str(refusals[0])
     assert sorted(body["metadata"]["name"] for _, _, _, body in api.seen) == [
-        "a-0", "exists-1", "forbidden-3", "invalid-4", "quota-2"]
+        "a-0", "account-5", "exists-1", "forbidden-3", "invalid-4", "quota-2"]
     assert {(method, path, kind) for method, path, kind, _ in api.seen} == {
         ("POST", "/api/v1/namespaces/ns/pods", "application/json")}
 

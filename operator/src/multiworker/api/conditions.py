@@ -60,6 +60,7 @@ class Reason(StrEnum):
     DISRUPTION_LIMIT_EXCEEDED = "DisruptionLimitExceeded"
     POD_REFUSED = "PodRefused"
     QUOTA_EXCEEDED = "QuotaExceeded"
+    SERVICE_ACCOUNT_MISSING = "ServiceAccountMissing"
     STATUS_UNREADABLE = "StatusUnreadable"
     PROGRESS_REPORTED = "ProgressReported"
     NO_PROGRESS_SERVER = "NoProgressServer"

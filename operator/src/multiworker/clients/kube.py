@@ -66,6 +66,9 @@ class RefusalKind(StrEnum):
     INVALID = "Invalid"  # 400/422: the object itself is wrong; retrying cannot help
     FORBIDDEN = "Forbidden"  # 403: admission (PodSecurity, a webhook, LimitRange) said no
     QUOTA = "QuotaExceeded"  # 403 from ResourceQuota: may pass once other pods finish
+    # 403 from ServiceAccount admission: a new namespace's "default" comes a moment after the
+    # namespace, and `kubectl apply -f dir/` may create the job before its account
+    SERVICE_ACCOUNT = "ServiceAccountMissing"
 
 
 class Refused(Exception):
@@ -97,7 +100,11 @@ def refusal_kind(status: int, message: str) -> RefusalKind | None:
     if status in (400, 422):
         return RefusalKind.INVALID
     if status == 403:
-        return RefusalKind.QUOTA if "exceeded quota" in message else RefusalKind.FORBIDDEN
+        if "exceeded quota" in message:
+            return RefusalKind.QUOTA
+        if "error looking up service account" in message:
+            return RefusalKind.SERVICE_ACCOUNT
+        return RefusalKind.FORBIDDEN
     return None
 
 

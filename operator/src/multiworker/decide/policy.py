@@ -442,23 +442,32 @@ def success_action(spec: MultiWorkerJobSpec, group: ObservedGroup) -> Action:
     return _SUCCESS_CHECKS[spec.success_policy](group)
 
 
+# Refusals that may pass by waiting: why, in the words of the Running condition.
+PASSING_REFUSALS: dict[str, str] = {
+    Reason.QUOTA_EXCEEDED: "refused by quota",
+    Reason.SERVICE_ACCOUNT_MISSING: "refused: their service account does not exist (yet)",
+}
+
+
 def refused_start_action(spec: MultiWorkerJobSpec, status: JobStatus, now: datetime,
-                         message: str, quota: bool, worker: int = 0) -> Action:
-    """The API server refused worker `worker`'s pod. Quota may free up: wait with backoff
-    until spec.health.startupTimeoutSeconds; anything else (PodSecurity, a webhook, a
-    LimitRange) will not pass by waiting: fail now."""
-    if not quota:
+                         message: str, passing: str | None, worker: int = 0) -> Action:
+    """The API server refused worker `worker`'s pod. A refusal that may pass (`passing`, a key
+    of PASSING_REFUSALS: quota other jobs free, a service account created a moment later):
+    wait with backoff until spec.health.startupTimeoutSeconds; anything else (PodSecurity, a
+    webhook, a LimitRange) will not pass by waiting: fail now."""
+    if passing is None:
         return Action(ActionKind.FAIL_JOB, Reason.POD_REFUSED,
                       f"the API server refused worker-{worker}'s pod: {message}")
+    why = PASSING_REFUSALS[passing]
     since = status.blocked_since or now
     waited = (now - since).total_seconds()
     timeout = spec.health.startup_timeout_seconds
     if timeout is not None and waited >= timeout:
         return Action(ActionKind.FAIL_JOB, Reason.STARTUP_TIMEOUT,
-                      f"worker pods refused by quota for {waited:.0f}s "
+                      f"worker pods {why} for {waited:.0f}s "
                       f"(spec.health.startupTimeoutSeconds): {message}")
     delay = min(max(waited / 2, 2.0), 60.0)
-    return Action(ActionKind.WAIT, Reason.QUOTA_EXCEEDED,
-                  f"worker pods refused by quota, retrying in {delay:.0f}s: {message}",
+    return Action(ActionKind.WAIT, passing,
+                  f"worker pods {why}, retrying in {delay:.0f}s: {message}",
                   delay_seconds=delay)
 

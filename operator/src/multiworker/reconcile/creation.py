@@ -22,7 +22,12 @@ from multiworker.decide.placement import (
     partial_placement_message,
     scheduling_message,
 )
-from multiworker.decide.policy import Action, ActionKind, refused_start_action
+from multiworker.decide.policy import (
+    PASSING_REFUSALS,
+    Action,
+    ActionKind,
+    refused_start_action,
+)
 from multiworker.reconcile.context import Flow, Pass
 from multiworker.reconcile.gang import (
     API_VERSION,
@@ -128,9 +133,13 @@ def _existing_are_ours(p: Pass, pods: list[Manifest], results: list[Created | Re
     return True
 
 
+_PASSING = {RefusalKind.QUOTA: Reason.QUOTA_EXCEEDED,
+            RefusalKind.SERVICE_ACCOUNT: Reason.SERVICE_ACCOUNT_MISSING}
+
+
 def _refused(p: Pass, worker: int, refusal: Refused, created: bool) -> Flow:
     action = refused_start_action(p.job.spec, p.status, p.now, refusal.message,
-                                  quota=refusal.kind is RefusalKind.QUOTA, worker=worker)
+                                  _PASSING.get(refusal.kind), worker=worker)
     if refusal.kind is RefusalKind.INVALID:
         action = Action(ActionKind.FAIL_JOB, Reason.INVALID_POD_TEMPLATE,
                         f"the API server rejected worker-{worker}'s pod: {refusal.message}")
@@ -142,18 +151,18 @@ def _refused(p: Pass, worker: int, refusal: Refused, created: bool) -> Flow:
     s = p.status
     s.blocked_since = s.blocked_since or p.now
     s.restart_after = p.now + timedelta(seconds=action.delay_seconds)
-    p.blocked = (Reason.QUOTA_EXCEEDED, action.message)
+    p.blocked = (action.reason, action.message)
     p.wake_in(action.delay_seconds)
     return Flow.CONTINUE
 
 
 def still_blocked(p: Pass) -> tuple[str, str] | None:
-    """While waiting to retry a group the quota refused (or no GPU product can hold), keep
-    saying so."""
+    """While waiting to retry a group the API server refused for a while (quota, a service
+    account not there yet) or no GPU product can hold, keep saying so."""
     if p.status.blocked_since is None:
         return None
     old = find(p.job.status.conditions, Type.RUNNING)
-    if old is not None and old.reason in (Reason.QUOTA_EXCEEDED, Reason.NO_GPU_PRODUCT,
+    if old is not None and old.reason in (*PASSING_REFUSALS, Reason.NO_GPU_PRODUCT,
                                           Reason.GANG_UNAVAILABLE):
         return old.reason, old.message
     return None

@@ -100,6 +100,26 @@ def _same_ports(job: Obj) -> None:
     _spec(job)["port"] = _ports(apply_defaults_job(job))[1]
 
 
+def _agent_port_taken(job: Obj) -> bool:
+    agent = _get(job, "spec", "restartPolicy", "agentPort")
+    return (_get(job, "spec", "restartPolicy", "mode") == "InPlace" and isinstance(agent, int)
+            and agent in _ports(job))
+
+
+def _free_agent_port(job: Obj) -> None:
+    defaulted = apply_defaults_job(job)
+    taken = set(_ports(defaulted))
+    agent = _get(defaulted, "spec", "restartPolicy", "agentPort")
+    while agent in taken:
+        agent = agent % 65535 + 1
+    _spec(job).setdefault("restartPolicy", {})["agentPort"] = agent
+
+
+def _take_agent_port(job: Obj) -> None:
+    policy = _spec(job).setdefault("restartPolicy", {})
+    policy.update(mode="InPlace", agentPort=_ports(apply_defaults_job(job))[1])
+
+
 def _backoff(job: Obj) -> tuple[Any, Any]:
     policy = _get(job, "spec", "restartPolicy") or {}
     return policy.get("backoffSeconds"), policy.get("maxBackoffSeconds")
@@ -203,6 +223,8 @@ RULES = [
     Rule("spec.health.progressPort must differ from spec.port", "spec.health.progressPort",
          lambda j: isinstance(_ports(j)[0], int) and _ports(j)[0] == _ports(j)[1],
          _split_ports, _same_ports),
+    Rule("spec.restartPolicy.agentPort must differ from spec.port and spec.health.progressPort",
+         "spec.restartPolicy.agentPort", _agent_port_taken, _free_agent_port, _take_agent_port),
     Rule("spec.workers can only change while the job is suspended", "spec.workers",
          lambda j: False, lambda j: None, lambda j: None),  # updates only; jobs are new here
     Rule("spec.restartPolicy.maxBackoffSeconds must be at least backoffSeconds",

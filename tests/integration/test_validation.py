@@ -47,6 +47,8 @@ INVALID: list[tuple[str, Callable[[Obj], None], str]] = [
     ("no-containers", set_pod_spec(containers=[]), "spec.template.spec.containers"),
     ("no-image", lambda m: container(m).pop("image"), "spec.template.spec.containers[0].image"),
     ("same-ports", set_spec(port=8471), "spec.health.progressPort must differ from spec.port"),
+    ("agent-port", set_spec(port=8472, restartPolicy={"mode": "InPlace"}),
+     "spec.restartPolicy.agentPort must differ from spec.port"),
     ("bad-backoff", set_spec(restartPolicy={"backoffSeconds": 60, "maxBackoffSeconds": 5}),
      "spec.restartPolicy.maxBackoffSeconds must be at least backoffSeconds"),
     ("exit-zero-rule", set_spec(restartPolicy={"onExitCodes": [

@@ -4,20 +4,26 @@ generation once, when it is released."""
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
+from multiworker.clients.agents import AgentNote, note_body, note_url
 from multiworker.reconcile.render import agent_script
 
 
-def start(tmp_path: Path, mode: str) -> subprocess.Popen[bytes]:
+def start(tmp_path: Path, mode: str, port: int = 0) -> subprocess.Popen[bytes]:
     script = tmp_path / "agent.py"
     script.write_text(agent_script())
     env = {"MWJ_AGENT_POD_INFO": str(tmp_path / "pod"),
-           "MWJ_AGENT_STATE": str(tmp_path / "state")}
+           "MWJ_AGENT_STATE": str(tmp_path / "state"),
+           "MWJ_AGENT_PORT": str(port), "MWJ_AGENT_POD_UID": "uid-1"}
     return subprocess.Popen([sys.executable, str(script), mode], env=env,
                             stdout=subprocess.DEVNULL)
 
@@ -100,3 +106,55 @@ def test_sigterm_stops_the_agent_at_once(tmp_path: Path, mode: str) -> None:
         assert proc.wait(2) == 143
     finally:
         proc.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tell(port: int, uid: str, generation: int, released: int | None = None) -> int:
+    """PUT a note as the operator does (clients/agents.py); the agent's answer."""
+    note = AgentNote("127.0.0.1", port, uid, generation, released)
+    request = urllib.request.Request(note_url(note), method="PUT",
+                                     data=json.dumps(note_body(note)).encode())
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=2) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:  # not listening yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_the_operators_word_moves_the_pod_on_before_its_labels_do(tmp_path: Path) -> None:
+    """The downwardAPI files stay at generation 0 throughout (a kubelet that has not
+    refreshed them): the notes alone restart the pod and then release its gate."""
+    port = free_port()
+    write(tmp_path, generation=0, released=0)
+    watch = start(tmp_path, "watch", port)
+    gate: subprocess.Popen[bytes] | None = None
+    try:
+        assert tell(port, "uid-other", 1) == 409  # an IP reused by another pod
+        assert still_running(watch)
+        write(tmp_path, opened=0)  # the gate let generation 0's trainer start
+        assert tell(port, "uid-1", 1) == 204
+        assert watch.wait(5) == 86
+        watch = start(tmp_path, "watch", port)  # the kubelet restarts the pod's containers
+        gate = start(tmp_path, "gate")
+        assert still_running(gate)  # generation 1, not released yet
+        assert tell(port, "uid-1", 1, released=1) == 204
+        assert gate.wait(5) == 0
+        assert (tmp_path / "state" / "opened").read_text() == "1"
+        assert tell(port, "uid-1", 0, released=0) == 204  # late and lower: kept higher
+        assert (tmp_path / "state" / "told-generation").read_text() == "1"
+        assert still_running(watch)
+    finally:
+        watch.kill()
+        if gate is not None:
+            gate.kill()

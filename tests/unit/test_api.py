@@ -80,6 +80,10 @@ def problems(**spec_overrides: Any) -> list[str]:
         ({"checkpoint": {"claimName": "c", "resumeFrom": "a/"}}, "spec.checkpoint.resumeFrom:"),
         ({"health": {"stragglerThreshold": 0}}, "spec.health.stragglerThreshold:"),
         ({"health": {"progressPort": 2222}}, "spec: health.progressPort must differ from port"),
+        ({"restartPolicy": {"mode": "InPlace", "agentPort": 2222}},
+         "spec: restartPolicy.agentPort must differ"),
+        ({"restartPolicy": {"mode": "InPlace", "agentPort": 8471}},
+         "spec: restartPolicy.agentPort must differ"),
         ({"template": {"spec": {"containers": []}}}, "spec.template.spec.containers:"),
         ({"template": {"spec": {"containers": [{"name": "tf"}]}}},
          "spec.template.spec.containers[0].image:"),
@@ -150,3 +154,10 @@ def test_format_time() -> None:
 
 def test_spec_dict_is_valid() -> None:
     assert make_spec(**spec_dict()).workers == 3
+
+
+def test_the_agent_port_matters_only_in_place() -> None:
+    """Recreate runs no agent: a trainer may keep the port (no job refused for a field it
+    does not use)."""
+    job = Job.from_body(job_body(port=8472))
+    assert job.spec.restart_policy.agent_port == job.spec.port == 8472

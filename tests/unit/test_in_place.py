@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from multiworker.api import names
+from multiworker.clients.agents import AgentNote
 from multiworker.clients.informer import slim_node, slim_pod
 from multiworker.decide.inplace import (
     RESTART_FEATURE,
@@ -91,16 +92,21 @@ def test_a_crash_restarts_the_same_pods_once_every_old_trainer_stopped() -> None
     assert (status["groupGeneration"], status["restarts"], status["restartPath"]) == \
         (1, 1, "InPlace")
     assert cluster.events[-1][2].endswith("; restarting the group in place")
-    step(cluster)  # moves the pods to generation 1: their agents restart their containers
+    moved = step(cluster)  # moves the pods to generation 1: their agents restart their containers
     assert cluster.generations() == dict.fromkeys(PODS, "1")
+    # ... told at once as well (the labels reach them when the kubelet refreshes them).
+    assert moved.agent_notes == tuple(AgentNote(f"10.88.0.{10 + i}", 8472, uids[name], 1)
+                                      for i, name in enumerate(PODS))
     assert all(annotation(cluster, i, names.ANNOTATION_RELEASED) == "0" for i in range(3))
     held(cluster, 0)
     step(cluster)  # worker-2's old trainer still runs: nothing is released
     assert annotation(cluster, 0, names.ANNOTATION_RELEASED) == "0"
     assert cluster.status["phase"] == "Restarting"
     held(cluster, 2)
-    step(cluster)
+    released = step(cluster)
     assert [annotation(cluster, i, names.ANNOTATION_RELEASED) for i in range(3)] == ["1"] * 3
+    assert [(n.uid, n.generation, n.released) for n in released.agent_notes] == [
+        (uids[name], 1, 1) for name in PODS]
     # Each trainer's restart count as released: a higher one is this generation's end.
     assert annotation(cluster, 1, names.ANNOTATION_TRAINER_RESTARTS) == str(
         pod_of(cluster, 1)["status"]["containerStatuses"][0]["restartCount"])
@@ -324,6 +330,9 @@ def test_in_place_pods_carry_the_agent_and_the_trainer_s_rule() -> None:
         "metadata.labels['multiworker.dev/group-generation']"
     assert pod["metadata"]["annotations"][names.ANNOTATION_POD_DIGEST] == pod_digest(job, None)
     assert pod["spec"]["volumes"][-1]["name"] == "mwj-checkpoint"
+    told = {e["name"]: e.get("value") or e["valueFrom"]["fieldRef"]["fieldPath"]
+            for e in agent["env"]}
+    assert told == {"MWJ_AGENT_PORT": "8472", "MWJ_AGENT_POD_UID": "metadata.uid"}
 
 
 def test_the_node_cache_keeps_the_kubelet_version() -> None:

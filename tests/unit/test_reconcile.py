@@ -496,7 +496,9 @@ def test_with_worker_network_policy_the_job_gets_one_before_its_pods() -> None:
     peers, operator = policy["spec"]["ingress"]
     assert peers == {"from": [{"podSelector": {"matchLabels": {
         "multiworker.dev/job-name": "demo"}}}]}
-    assert operator["ports"] == [{"protocol": "TCP", "port": 8471}]
+    # The progress port, and the in-place restart agent's (whatever the mode: it may change).
+    assert operator["ports"] == [{"protocol": "TCP", "port": 8471},
+                                 {"protocol": "TCP", "port": 8472}]
     assert operator["from"][0]["namespaceSelector"] == {
         "matchLabels": {"kubernetes.io/metadata.name": "ops"}}
 

@@ -24,6 +24,7 @@ from multiworker.api import names
 from multiworker.api.conditions import Reason
 from multiworker.api.status import TERMINAL_PHASES
 from multiworker.clients import metrics
+from multiworker.clients.agents import Agents
 from multiworker.clients.heartbeats import NODE_LEASES_PATH, slim_lease
 from multiworker.clients.informer import Informer, Key, Store, slim, slim_node, slim_pod
 from multiworker.clients.kube import Cluster
@@ -89,6 +90,7 @@ class Controller:
     view: View = field(init=False)
     queue: WorkQueue[Key] = field(init=False)
     poller: Poller = field(init=False)
+    agents: Agents = field(init=False, default_factory=Agents)
     elector: Elector | None = field(init=False, default=None)
     informers: list[Informer] = field(init=False, default_factory=list)
     _tasks: list[asyncio.Task[Any]] = field(init=False, default_factory=list)
@@ -156,6 +158,7 @@ class Controller:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.agents.close()
         for informer in self._all_informers():
             informer.stop()
         if self.elector is not None:
@@ -338,6 +341,7 @@ class Controller:
             unseen = [n for n in outcome.created if seen.get(n, 0.0) < began]
             self._expected.setdefault(key, {}).update(dict.fromkeys(unseen, deadline))
         self.poller.after_pass(key, outcome.targets, now)
+        self.agents.tell(outcome.agent_notes)
         requeue = outcome.requeue
         job = self.view.cached_job(*key)
         phase = ((job or {}).get("status") or {}).get("phase")

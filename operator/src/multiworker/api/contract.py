@@ -42,6 +42,10 @@ MWJ_PROGRESS_PORTS = "MWJ_PROGRESS_PORTS"
 MWJ_TEST_FINGERPRINT_OVERRIDE = "MWJ_TEST_FINGERPRINT_OVERRIDE"
 
 DEFAULT_PROGRESS_PORT = 8471
+# Where a pod's in-place restart agent listens for the operator's word of a new generation
+# (spec.restartPolicy.agentPort; runtime/agent.py).
+DEFAULT_AGENT_PORT = 8472
+AGENT_NOTE_PATH = "/generation"
 DEFAULT_PEER_TIMEOUT_SECONDS = 300
 # Above any legitimate wait between workers (first-step tracing, a checkpoint write).
 DEFAULT_COLLECTIVE_TIMEOUT_SECONDS = 300

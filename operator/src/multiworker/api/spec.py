@@ -125,6 +125,10 @@ class RestartPolicy(Model):
     node, IP, GPUs and volumes, and no trainer of the new group starts before every trainer of
     the old one stopped; otherwise it recreates them, saying why. Takes effect for pods created
     after it is set."""
+    agent_port: int = Field(default=contract.DEFAULT_AGENT_PORT, ge=1, le=65535)
+    """InPlace only: the port where each pod's restart agent hears of a new generation from
+    the operator at once (the pod's labels reach it too, later: the kubelet refreshes them on
+    its own schedule). In mode InPlace it must differ from port and health.progressPort."""
 
     @model_validator(mode="after")
     def _backoff_cap(self) -> RestartPolicy:
@@ -213,6 +217,17 @@ class MultiWorkerJobSpec(Model):
                 ".health.progressPort",
             ),
             cel(
+                "!has(self.restartPolicy) || !has(self.restartPolicy.agentPort) || "
+                "!has(self.restartPolicy.mode) || self.restartPolicy.mode != 'InPlace' || "
+                "self.restartPolicy.agentPort != (has(self.port) ? self.port : 2222) && "
+                "self.restartPolicy.agentPort != (has(self.health) && "
+                "has(self.health.progressPort) ? self.health.progressPort : "
+                f"{contract.DEFAULT_PROGRESS_PORT})",
+                "spec.restartPolicy.agentPort must differ from spec.port and "
+                "spec.health.progressPort in mode InPlace",
+                ".restartPolicy.agentPort",
+            ),
+            cel(
                 "(has(self.suspend) && self.suspend) || (has(oldSelf.suspend) && oldSelf.suspend)"
                 " || self.workers == oldSelf.workers",
                 "spec.workers can only change while the job is suspended",
@@ -257,4 +272,8 @@ class MultiWorkerJobSpec(Model):
     def _distinct_ports(self) -> MultiWorkerJobSpec:
         if self.health.progress_port == self.port:
             raise ValueError("health.progressPort must differ from port")
+        if (self.restart_policy.mode is RestartMode.IN_PLACE
+                and self.restart_policy.agent_port in (self.port, self.health.progress_port)):
+            raise ValueError("restartPolicy.agentPort must differ from port and "
+                             "health.progressPort in mode InPlace")
         return self

@@ -106,6 +106,7 @@ class StalePod:
     deletion: datetime | None  # when the API server will remove it (already terminating)
     node: str = ""  # where it runs: a pod on a lost node never terminates by itself
     pod_group: str = ""  # its gang's PodGroup, which goes with it
+    ip: str = ""  # where its in-place restart agent listens
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,7 @@ def _sort(pod: Pod, job: str, job_uid: str, workers: int, generation: int,
         deletion=_time(meta.get("deletionTimestamp")),
         node=(pod.get("spec") or {}).get("nodeName") or "",
         pod_group=labels.get(names.LABEL_POD_GROUP, ""),
+        ip=(pod.get("status") or {}).get("podIP") or "",
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from multiworker.api.conditions import Status, Type, set_condition
 from multiworker.api.job import Job
 from multiworker.api.status import JobStatus
+from multiworker.clients.agents import AgentNote
 from multiworker.clients.kube import Created, PodDeletion, PodPatch, Refused
 from multiworker.decide.nodes import NodeTrouble
 from multiworker.decide.observe import ObservedGroup
@@ -66,6 +67,7 @@ class Outcome:
     # Our own status write: the version we read, and the job as it is after the write.
     written: tuple[str, Manifest] | None = None
     created: tuple[str, ...] = ()  # pods created by this pass (the cache may not show them)
+    agent_notes: tuple[AgentNote, ...] = ()  # to send once the pass is done (agents.py)
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class Pass:
     deleted: bool = False  # the job was deleted (ttlSecondsAfterFinished)
     created: list[str] = field(default_factory=list)  # pods this pass created
     outdated: bool = False  # the status moved on since this pass read it: write nothing
+    agent_notes: list[AgentNote] = field(default_factory=list)
 
     def wake_in(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)

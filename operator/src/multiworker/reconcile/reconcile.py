@@ -25,6 +25,7 @@ from multiworker.api.conditions import Reason, Type
 from multiworker.api.job import InvalidJobSpec, Job
 from multiworker.api.spec import CleanPodPolicy
 from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus
+from multiworker.clients.agents import AgentNote
 from multiworker.clients.kube import Conflict, Gone, PodDeletion, PodPatch
 from multiworker.decide.hang import find_stall
 from multiworker.decide.inplace import STOP_BOUND, stop_deadline
@@ -115,12 +116,13 @@ def reconcile(
         # Its watch event wakes the job again; this is the fallback if the cache lags, never
         # a loop of 409s at full speed.
         log.debug("the job changed during this pass: reading it again")
-        return Outcome(requeue=CONFLICT_RETRY_SECONDS)
+        return Outcome(requeue=CONFLICT_RETRY_SECONDS, agent_notes=tuple(p.agent_notes))
     except Gone:
         return Outcome(gone=True)
     read = str(body["metadata"].get("resourceVersion", ""))
     return Outcome(requeue=p.requeue, targets=poll_targets(p), created=tuple(p.created),
-                   written=(read, written) if written is not None else None)
+                   written=(read, written) if written is not None else None,
+                   agent_notes=tuple(p.agent_notes))
 
 
 # --- the steps, in order ---
@@ -241,6 +243,9 @@ def release_in_place(p: Pass) -> Flow:
     if not all(p.cluster.patch_pods(patches)):
         abandon_in_place(p, "a worker's pod was replaced while its generation was released")
         return Flow.DONE
+    port = p.job.spec.restart_policy.agent_port
+    p.agent_notes += [AgentNote(w.ip, port, w.uid, generation, released=generation)
+                      for w in workers if w.ip]
     stopped = (p.now - s.in_place_since).total_seconds()
     s.in_place_since = None
     p.log.info("generation %s released in place: every old trainer stopped within %.1fs",
@@ -360,6 +365,9 @@ def _move_in_place(p: Pass) -> list[StalePod]:
         p.cluster.patch_pods([PodPatch(p.job.namespace, pod.name, pod.uid, labels={
             names.LABEL_GROUP_GENERATION: str(s.group_generation)}, annotations={
             names.ANNOTATION_RESTARTED_AT: at}) for pod in moving])
+        port = p.job.spec.restart_policy.agent_port
+        p.agent_notes += [AgentNote(pod.ip, port, pod.uid, s.group_generation)
+                          for pod in moving if pod.ip]
         p.log.info("restarting %d pods in place for generation %s", len(moving),
                    s.group_generation)
     return [pod for pod in p.group.stale if pod not in moving]

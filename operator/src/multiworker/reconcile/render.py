@@ -53,7 +53,8 @@ def pod_digest(job: Job, image: str | None) -> str:
     checkpoint = spec.checkpoint.model_dump(mode="json") if spec.checkpoint else None
     rendered = [spec.template.as_dict(), image, spec.workers, spec.port,
                 spec.health.progress_port, spec.health.peer_timeout_seconds,
-                spec.health.collective_timeout_seconds, checkpoint]
+                spec.health.collective_timeout_seconds, checkpoint,
+                spec.restart_policy.agent_port]
     text = json.dumps(rendered, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -168,10 +169,12 @@ def render_service(job: Job, owner: Manifest) -> Manifest:
 
 def render_network_policy(job: Job, owner: Manifest, operator_namespace: str) -> Manifest:
     """Who may reach the job's workers: each other, on every port (the collective, the
-    preflight), and the operator's pods, on the progress port only. Nothing else — a pod
+    preflight), and the operator's pods, on the progress and restart agent ports only (the
+    latter whatever the mode: the policy is made once, the mode may change). Nothing else — a pod
     elsewhere could otherwise hold all of a worker's /progress connections. Enforced only where
     the cluster's network plugin enforces NetworkPolicy."""
     workers = {"matchLabels": names.job_selector(job.name)}
+    ports = [job.spec.health.progress_port, job.spec.restart_policy.agent_port]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -189,7 +192,7 @@ def render_network_policy(job: Job, owner: Manifest, operator_namespace: str) ->
                 {"from": [{"namespaceSelector": {"matchLabels": {
                               "kubernetes.io/metadata.name": operator_namespace}},
                            "podSelector": {"matchLabels": names.OPERATOR_POD_LABELS}}],
-                 "ports": [{"protocol": "TCP", "port": job.spec.health.progress_port}]},
+                 "ports": [{"protocol": "TCP", "port": port} for port in ports]},
             ],
         },
     }
@@ -267,7 +270,10 @@ def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> None:
         return {"name": name, "image": image, "command": ["python3", script, mode],
                 "resources": _AGENT_RESOURCES, "volumeMounts": mounts,
                 "terminationMessagePolicy": _TERMINATION_MESSAGE_POLICY}
-    watcher = {**agent(names.AGENT_CONTAINER, "watch"), "restartPolicy": "Always",
+    heard = [{"name": "MWJ_AGENT_PORT", "value": str(job.spec.restart_policy.agent_port)},
+             {"name": "MWJ_AGENT_POD_UID", "valueFrom": {"fieldRef": {
+                 "fieldPath": "metadata.uid"}}}]
+    watcher = {**agent(names.AGENT_CONTAINER, "watch"), "env": heard, "restartPolicy": "Always",
                "restartPolicyRules": [{"action": "RestartAllContainers", "exitCodes": {
                    "operator": "In", "values": [AGENT_RESTART_EXIT]}}]}
     ours = {names.AGENT_CONTAINER, names.GATE_CONTAINER}

@@ -15,19 +15,30 @@ ConfigMap), stdlib only, in two init containers of every worker pod:
   the old still runs; a trainer that fails is restarted by its own rule and held here until
   the operator decides.
 
-Both read the labels and annotations through a downwardAPI volume, so the pod needs no API
-credentials.
+Both learn the generation and its release two ways and act on whichever comes first: the
+operator's word (PUT /generation on the sidecar's port, from the operator, naming this pod's
+uid: an IP reused by another pod is refused), and the labels and annotations through a
+downwardAPI volume, which the kubelet refreshes on its own schedule (once in a dozen restarts,
+30 s late). Neither needs API credentials. Both only ever rise, so the higher wins.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
+import socketserver
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 POD_INFO = os.environ.get("MWJ_AGENT_POD_INFO", "/etc/multiworker")
 STATE = os.environ.get("MWJ_AGENT_STATE", "/run/multiworker")
+PORT = int(os.environ.get("MWJ_AGENT_PORT", "0") or 0)  # 0: hear only the downwardAPI
+POD_UID = os.environ.get("MWJ_AGENT_POD_UID", "")
+NOTE_PATH = "/generation"  # api/contract.py's AGENT_NOTE_PATH
 RESTART_EXIT = 86
 POLL_SECONDS = 0.05
 
@@ -40,12 +51,97 @@ def _read(path: str) -> int | None:
         return None
 
 
+def _higher(*values: int | None) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
 def generation() -> int | None:
-    return _read(os.path.join(POD_INFO, "generation"))
+    return _higher(_read(os.path.join(POD_INFO, "generation")),
+                   _read(os.path.join(STATE, "told-generation")))
 
 
 def released() -> int | None:
-    return _read(os.path.join(POD_INFO, "released"))
+    return _higher(_read(os.path.join(POD_INFO, "released")),
+                   _read(os.path.join(STATE, "told-released")))
+
+
+def _keep(name: str, value: object) -> None:
+    """Keep a told value if it is higher than the one kept (tmp + rename: the gate never
+    reads half a number)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        return
+    path = os.path.join(STATE, name)
+    kept = _read(path)
+    if kept is not None and kept >= value:
+        return
+    with open(path + ".tmp", "w") as f:
+        f.write(str(value))
+    os.replace(path + ".tmp", path)
+
+
+class _Told(BaseHTTPRequestHandler):
+    """PUT /generation {"uid": ..., "generation": N, "released": M}: the operator's word."""
+
+    def do_PUT(self) -> None:  # noqa: N802 (http.server's name)
+        try:
+            length = min(int(self.headers.get("Content-Length") or 0), 4096)
+            note = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            note = None
+        if self.path != NOTE_PATH or not isinstance(note, dict):
+            self.send_response(400)
+        elif not POD_UID or note.get("uid") != POD_UID:
+            self.send_response(409)  # another pod's IP, once: not ours to act on
+        else:
+            with _lock:
+                _keep("told-generation", note.get("generation"))
+                _keep("told-released", note.get("released"))
+            self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+_lock = threading.Lock()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        """Bind without HTTPServer's getfqdn(), a DNS lookup that may stall in a pod."""
+        if self.address_family == socket.AF_INET6:  # both families on one socket
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = "agent", self.server_address[1]
+
+
+class _Server4(_Server):
+    address_family = socket.AF_INET
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def listen() -> None:
+    """Hear the operator on PORT, in the background (no port: the downwardAPI alone)."""
+    if not PORT:
+        return
+    error: OSError | None = None
+    for server_class, host in ((_Server6, "::"), (_Server4, "")):
+        try:
+            server = server_class((host, PORT), _Told)
+        except OSError as e:
+            error = e
+            continue
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return
+    # Say so and go on: the downwardAPI still tells, later.
+    print(f"cannot listen on port {PORT}: {error}", flush=True)
 
 
 def opened() -> int | None:
@@ -60,6 +156,7 @@ def watch() -> int:
     all containers stops the others first), so only a generation the gate opens during its
     life can have one running: the downwardAPI file read at start may still be stale, and a
     pod whose gate still holds needs no restart to move on."""
+    listen()
     at_start = opened()
     while True:
         now, started = generation(), opened()

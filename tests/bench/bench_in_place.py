@@ -1,10 +1,13 @@
 """In-place vs recreate: SIGKILL one trainer of the CPU example, time until the new generation
 trains (local real cluster, real TensorFlow pods; not part of CI).
 
-    .venv/bin/python tests/bench/bench_in_place.py [--kills 5] [--workers 3]
+    .venv/bin/python tests/bench/bench_in_place.py [--kills 5] [--workers 3] [--cluster kind]
 
-Needs the local cluster (make cluster-up) with the worker image loaded (make images-load).
-Runs the real operator for a fresh namespace with a hostPath checkpoint claim. Per kill,
+Needs the local cluster (make cluster-up) with the worker image loaded (make images-load), or
+with `--cluster kind` the kind cluster (make cluster-up images-load CLUSTER=kind: two worker
+nodes; the workers are spread over both, the checkpoints on the directory every node mounts,
+pod IPs reached through the host routes hack/kind/up.sh adds). Runs the real operator (on
+this host) for a fresh namespace with a hostPath checkpoint claim. Per kill,
 alternating spec.restartPolicy.mode InPlace and Recreate: applies examples/cpu-job.yaml (as
 `--workers` workers, 200 epochs so it outlasts the measurement, backoffSeconds 0 so the
 restart policy's wait is not counted), waits for its first checkpoint, SIGKILLs worker-1's
@@ -56,6 +59,7 @@ from tests.bench.harness import (
     Obj,
     operator,
 )
+from tests.cluster import KIND_ENV, read_env_file
 
 POLL = 0.05
 GENERATION = "multiworker.dev/group-generation"
@@ -72,10 +76,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kills", type=int, default=5, help="kills per path (default 5)")
     parser.add_argument("--workers", type=int, default=3, help="workers (default 3)")
     parser.add_argument("--timeout", type=float, default=180)
+    parser.add_argument("--cluster", choices=("local", "kind"), default="local")
     return parser.parse_args(argv)
 
 
-def job_manifest(name: str, workers: int, mode: str) -> Obj:
+def job_manifest(name: str, workers: int, mode: str, spread: bool = False) -> Obj:
     job: Obj = yaml.safe_load((REPO / "examples" / "cpu-job.yaml").read_text())
     job["metadata"]["name"] = name
     job["spec"]["workers"] = workers
@@ -83,16 +88,21 @@ def job_manifest(name: str, workers: int, mode: str) -> Obj:
     trainer = job["spec"]["template"]["spec"]["containers"][0]
     trainer["env"] = [{"name": "TRAIN_EPOCHS", "value": "200"}]
     trainer["resources"]["requests"] = {"cpu": "100m", "memory": "512Mi"}
+    if spread:  # workers on every node (kind: two), not wherever the scheduler likes
+        job["spec"]["template"]["spec"]["topologySpreadConstraints"] = [{
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {JOB_LABEL: name}}}]
     return job
 
 
-def claim(cluster: Cluster, namespace: str, shared: Path) -> None:
+def claim(cluster: Cluster, namespace: str, shared: str) -> None:
     volume = {"apiVersion": "v1", "kind": "PersistentVolume",
               "metadata": {"name": f"bench-{namespace}"[:63]},
               "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
                        "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
                        "claimRef": {"namespace": namespace, "name": "checkpoints"},
-                       "hostPath": {"path": str(shared), "type": "DirectoryOrCreate"}}}
+                       "hostPath": {"path": shared, "type": "DirectoryOrCreate"}}}
     pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
            "metadata": {"name": "checkpoints", "namespace": namespace},
            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
@@ -134,19 +144,22 @@ class Kill:
     mode: str
     times: dict[str, float]
     uids_kept: bool
+    nodes: int  # how many nodes the workers ran on
 
 
 def one_kill(cluster: Cluster, namespace: str, workers: int, mode: str,
-             timeout: float) -> Kill:
+             timeout: float, spread: bool) -> Kill:
     name = f"k{uuid.uuid4().hex[:6]}"
     cluster.kubectl("-n", namespace, "apply", "-f", "-",
-                    stdin=json.dumps(job_manifest(name, workers, mode)))
+                    stdin=json.dumps(job_manifest(name, workers, mode, spread)))
     deadline = time.monotonic() + timeout
     while not (status(cluster, namespace, name).get("progress") or {}).get("lastCheckpointStep"):
         if time.monotonic() > deadline:
             raise TimeoutError(f"{name}: no checkpoint in {timeout}s")
         time.sleep(0.5)
-    before = {p["metadata"]["uid"] for p in pods(cluster, namespace, name)}
+    found = pods(cluster, namespace, name)
+    before = {p["metadata"]["uid"] for p in found}
+    nodes = len({p["spec"].get("nodeName") for p in found})
     cluster.kubectl("-n", namespace, "exec", f"{name}-worker-1", "-c", "tensorflow", "--",
                     "pkill", "-KILL", "-f", "digits.py")
     t0, wall, times = time.monotonic(), time.time(), {}
@@ -181,7 +194,7 @@ def one_kill(cluster: Cluster, namespace: str, workers: int, mode: str,
     after = {p["metadata"]["uid"] for p in pods(cluster, namespace, name)}
     cluster.kubectl("-n", namespace, "delete", "mwj", name, "--wait=true", "--timeout=120s",
                     check=False)
-    return Kill(mode, times, after == before)
+    return Kill(mode, times, after == before, nodes)
 
 
 def startup(cluster: Cluster, namespace: str, job: str, offset: float,
@@ -206,23 +219,30 @@ def startup(cluster: Cluster, namespace: str, job: str, offset: float,
 
 def main() -> None:
     args = parse_args()
-    kubeconfig = REPO / ".cluster" / "kubeconfig"
-    cluster = Cluster(kubeconfig)
+    if args.cluster == "kind":
+        env = read_env_file(KIND_ENV)
+        cluster, shared_root = Cluster(Path(env["KUBECONFIG"])), env["MW_KIND_SHARED_DIR"]
+    else:
+        cluster, shared_root = Cluster(REPO / ".cluster" / "kubeconfig"), None
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     cluster.wait_established(f"{PLURAL}.{GROUP}")
     namespace = f"bench-inplace-{uuid.uuid4().hex[:5]}"
     cluster.kubectl("create", "namespace", namespace)
-    shared = Path(tempfile.mkdtemp(prefix="mwj-bench-ckpt-"))
+    # kind: the host directory every node mounts at the same path.
+    shared = (f"{shared_root}/bench/{namespace}" if shared_root
+              else tempfile.mkdtemp(prefix="mwj-bench-ckpt-"))
     claim(cluster, namespace, shared)
     log = Path(tempfile.mkdtemp(prefix="mwj-bench-")) / "operator.log"
     kills: list[Kill] = []
     try:
         with operator(cluster, namespace, log):
             for i in range(2 * args.kills):
-                kill = one_kill(cluster, namespace, args.workers, MODES[i % 2], args.timeout)
+                kill = one_kill(cluster, namespace, args.workers, MODES[i % 2], args.timeout,
+                                spread=args.cluster == "kind")
                 kills.append(kill)
                 row = "  ".join(f"{p} {kill.times.get(p, float('nan')):6.2f}s" for p in PHASES)
-                print(f"{kill.mode:9} {row}  same pods: {kill.uids_kept}", flush=True)
+                print(f"{kill.mode:9} {row}  same pods: {kill.uids_kept}  nodes: {kill.nodes}",
+                      flush=True)
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         print(f"operator log: {log}")
@@ -231,8 +251,8 @@ def main() -> None:
         cells = [f"{part} {statistics.median(k.times[part] for k in kills if k.mode == mode):.2f}"
                  for part in parts]
         print(f"{mode}: start-up between ready and step, medians (s): {', '.join(cells)}")
-    print(f"\nSIGKILL of worker-1's trainer -> ..., {args.workers} workers, "
-          f"{args.kills} kills per path (seconds)")
+    print(f"\nSIGKILL of worker-1's trainer -> ..., {args.workers} workers on "
+          f"{args.cluster}, {args.kills} kills per path (seconds)")
     print(f"{'path':9} " + "  ".join(f"{p + ' med':>10} {p + ' max':>9}" for p in PHASES))
     medians = {}
     for mode in MODES:
@@ -243,6 +263,9 @@ def main() -> None:
             medians[(mode, phase)] = statistics.median(values)
             cells.append(f"{statistics.median(values):10.2f} {max(values):9.2f}")
         print(f"{mode:9} " + "  ".join(cells))
+    kept = [k.uids_kept for k in kills if k.mode == "InPlace"]
+    print(f"in place kept every pod in {sum(kept)} of {len(kept)} restarts (the others fell "
+          "back to recreation at the stop bound)")
     print("in place / recreate (medians): " + "  ".join(
         f"{p} {medians[('InPlace', p)] / medians[('Recreate', p)]:.2f}" for p in PHASES))
 

@@ -99,9 +99,9 @@ def test_a_killed_trainer_restarts_the_group_in_its_own_pods(
                         "printenv", "MWJ_RESTART_COUNT").stdout.strip()
     assert seen == str(running["groupGeneration"])
     # The operator told each agent (its labels may reach it later: the kubelet's schedule).
-    told = jobs.kubectl("exec", "inplace-worker-2", "-c", "mwj-agent", "--", "cat",
-                        "/run/multiworker/told-generation",
-                        "/run/multiworker/told-released").stdout.split()
+    told = jobs.kubectl("exec", "inplace-worker-0", "-c", "mwj-agent", "--", "sh", "-c",
+                        "cd /run/multiworker && echo $(cat told-generation) "
+                        "$(cat told-released)").stdout.split()
     assert told == [str(running["groupGeneration"])] * 2, told
     status = assert_resumed_and_succeeded(jobs, "inplace")
     assert (status["restarts"], status["disruptions"]) == (1, 0), status

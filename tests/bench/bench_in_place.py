@@ -190,7 +190,7 @@ def one_kill(cluster: Cluster, namespace: str, workers: int, mode: str,
                     times["step"] = time.monotonic() - t0
                     break
         time.sleep(POLL)
-    times |= startup(cluster, namespace, name, wall - t0, times)
+    times |= startup(cluster, namespace, name, wall, times)
     after = {p["metadata"]["uid"] for p in pods(cluster, namespace, name)}
     cluster.kubectl("-n", namespace, "delete", "mwj", name, "--wait=true", "--timeout=120s",
                     check=False)

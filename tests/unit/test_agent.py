@@ -145,6 +145,8 @@ def test_the_operators_word_moves_the_pod_on_before_its_labels_do(tmp_path: Path
         write(tmp_path, opened=0)  # the gate let generation 0's trainer start
         assert tell(port, "uid-1", 1) == 204
         assert watch.wait(5) == 86
+        # The old trainer, stopped now, learns its pod moved on (MWJ_POD_GENERATION_FILE).
+        assert (tmp_path / "state" / "pod-generation").read_text() == "1"
         watch = start(tmp_path, "watch", port)  # the kubelet restarts the pod's containers
         gate = start(tmp_path, "gate")
         assert still_running(gate)  # generation 1, not released yet

@@ -111,7 +111,7 @@ def test_worker_env_follows_the_contract() -> None:
         "MWJ_NUM_WORKERS": "4",
         "MWJ_WORKER_INDEX": "3",
         "MWJ_RESTART_COUNT": "5",  # from the pod's label, as the kubelet reads it
-        "MWJ_POD_GENERATION_FILE": "/etc/multiworker/generation",
+        "MWJ_POD_GENERATION_FILE": "/run/multiworker/pod-generation",
         "MWJ_CHECKPOINT_DIR": "/ckpt/ml/demo-uid-demo",
         "MWJ_PROGRESS_PORT": "9000",
         "MWJ_PEER_TIMEOUT_SECONDS": "60",

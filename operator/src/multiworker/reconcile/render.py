@@ -141,7 +141,8 @@ def worker_env(job: Job, index: int, generation: int, agent: bool = False) -> li
         "fieldPath": f"metadata.labels['{names.LABEL_GROUP_GENERATION}']"}}} \
         if agent else {"name": contract.MWJ_RESTART_COUNT, "value": str(generation)}
     if agent:
-        values[contract.MWJ_POD_GENERATION_FILE] = f"{_POD_INFO_PATH}/generation"
+        # The agent's word (runtime/agent.py), which may come before the label's.
+        values[contract.MWJ_POD_GENERATION_FILE] = f"{_AGENT_STATE_PATH}/pod-generation"
     return [addresses, node, restart_count,
             *({"name": name, "value": value} for name, value in values.items())]
 
@@ -280,9 +281,12 @@ def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> None:
     pod_spec["initContainers"] = [watcher, agent(names.GATE_CONTAINER, "gate"),
                                   *(c for c in pod_spec.get("initContainers", [])
                                     if c.get("name") not in ours)]
-    # The trainer reads its pod's generation too (MWJ_POD_GENERATION_FILE).
+    # The trainer reads its pod's generation too (MWJ_POD_GENERATION_FILE), as the agent
+    # knows it.
     trainer["volumeMounts"] = [*(m for m in trainer.get("volumeMounts", [])
-                                 if m.get("name") != names.AGENT_POD_INFO_VOLUME), mounts[0]]
+                                 if m.get("name") != names.AGENT_STATE_VOLUME),
+                               {"name": names.AGENT_STATE_VOLUME,
+                                "mountPath": _AGENT_STATE_PATH, "readOnly": True}]
     trainer["restartPolicy"] = "Never"
     trainer["restartPolicyRules"] = [{"action": "RestartAllContainers", "exitCodes": {
         "operator": "NotIn", "values": [0]}}]

@@ -75,9 +75,10 @@ def _keep(name: str, value: object) -> None:
     kept = _read(path)
     if kept is not None and kept >= value:
         return
-    with open(path + ".tmp", "w") as f:
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # the gate writes here too
+    with open(tmp, "w") as f:
         f.write(str(value))
-    os.replace(path + ".tmp", path)
+    os.replace(tmp, path)
 
 
 class _Told(BaseHTTPRequestHandler):
@@ -144,6 +145,14 @@ def listen() -> None:
     print(f"cannot listen on port {PORT}: {error}", flush=True)
 
 
+def publish(value: int | None) -> None:
+    """The pod's generation as the agent knows it, for the trainer (MWJ_POD_GENERATION_FILE):
+    an old trainer stopped because its pod moved on then exits at once, even before the
+    kubelet refreshes the label's file."""
+    if value is not None:
+        _keep("pod-generation", value)
+
+
 def opened() -> int | None:
     """The last generation the gate let start in this pod (kept across container restarts)."""
     return _read(os.path.join(STATE, "opened"))
@@ -160,6 +169,7 @@ def watch() -> int:
     at_start = opened()
     while True:
         now, started = generation(), opened()
+        publish(now)
         if started is not None and started != at_start and now is not None and now > started:
             print(f"generation {started} -> {now}: restarting the pod's containers", flush=True)
             return RESTART_EXIT
@@ -173,6 +183,7 @@ def gate() -> int:
     while True:
         current, go, last = generation(), released(), opened()
         if current is not None and go == current and (last is None or last < current):
+            publish(current)
             with open(opened_file + ".tmp", "w") as f:
                 f.write(str(current))
             os.replace(opened_file + ".tmp", opened_file)

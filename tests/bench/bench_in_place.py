@@ -91,7 +91,7 @@ def job_manifest(name: str, workers: int, mode: str, spread: bool = False) -> Ob
     if spread:  # workers on every node (kind: two), not wherever the scheduler likes
         job["spec"]["template"]["spec"]["topologySpreadConstraints"] = [{
             "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-            "whenUnsatisfiable": "DoNotSchedule",
+            "whenUnsatisfiable": "DoNotSchedule", "nodeTaintsPolicy": "Honor",
             "labelSelector": {"matchLabels": {JOB_LABEL: name}}}]
     return job
 

@@ -100,7 +100,9 @@ def claim(cluster: Cluster, namespace: str, shared: str) -> None:
     volume = {"apiVersion": "v1", "kind": "PersistentVolume",
               "metadata": {"name": f"bench-{namespace}"[:63]},
               "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
-                       "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+                       # Retain: the hostPath deleter serves /tmp only (kind's is not); the
+                       # bench deletes the volume itself.
+                       "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
                        "claimRef": {"namespace": namespace, "name": "checkpoints"},
                        "hostPath": {"path": shared, "type": "DirectoryOrCreate"}}}
     pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -245,6 +247,7 @@ def main() -> None:
                       flush=True)
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "pv", f"bench-{namespace}"[:63], "--wait=false", check=False)
         print(f"operator log: {log}")
     parts = (*(p for p, _ in STARTUP), "restore")
     for mode in MODES:

@@ -242,6 +242,8 @@ def test_worker_network_policy_admits_the_workers_and_the_operator(
     assert policy["spec"]["podSelector"] == workers
     peers, from_operator = policy["spec"]["ingress"]
     assert peers["from"] == [{"podSelector": workers}]
-    assert from_operator["ports"] == [{"port": 8471, "protocol": "TCP"}]
+    # The progress port and the in-place restart agent's.
+    assert from_operator["ports"] == [{"port": 8471, "protocol": "TCP"},
+                                      {"port": 8472, "protocol": "TCP"}]
     assert from_operator["from"][0]["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": "multiworker-system"}

@@ -101,10 +101,13 @@ kc apply --server-side --force-conflicts --field-manager=fake-nodes --subresourc
   -f "$manifest" >/dev/null
 
 exec 3>&2  # wait_until silences its command; a dead kwok should still be reported
-ready() { # all fake nodes Ready, or fail at once if kwok is gone
+ready() { # all fake nodes Ready and untainted by the node controller (its not-ready taint
+  # outlives the condition: a pod bound meanwhile is marked NotReady, and kwok never marks it
+  # Ready again), or fail at once if kwok is gone
   is_running kwok || die "kwok exited: $(tail -c 300 "$state/logs/kwok.log")" 2>&3
-  local q='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}'
-  [ "$(kc get nodes -l "$selector" -o jsonpath="$q" | grep -c True)" -eq "$count" ]
+  local q='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}{"\n"}{end}'
+  [ "$(kc get nodes -l "$selector" -o jsonpath="$q" | grep -c '^True multiworker.dev/fake-node$')" \
+    -eq "$count" ]
 }
 wait_until 60 "$count fake nodes Ready" ready
 log "$count fake nodes Ready with $gpus nvidia.com/gpu each" \

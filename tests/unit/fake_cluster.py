@@ -13,6 +13,7 @@ from multiworker.api import names
 from multiworker.clients.kube import (
     Conflict,
     Created,
+    GenerationDeletion,
     PodDeletion,
     PodPatch,
     RefusalKind,
@@ -39,6 +40,7 @@ class FakeCluster:
         self.events: list[tuple[str, str, str]] = []
         self.created_pods: list[str] = []
         self.patched_pods: list[PodPatch] = []
+        self.generation_deletions: list[GenerationDeletion] = []
         self.now = T0
         self.reject_pods: str | None = None  # a message: the API server refuses pods
         self.refusal = RefusalKind.INVALID  # and how
@@ -172,6 +174,18 @@ class FakeCluster:
     def delete_pods(self, deletions: Sequence[PodDeletion]) -> None:
         for d in deletions:
             self.delete_pod(d.namespace, d.name, d.uid, d.grace)
+
+    def delete_generation(self, deletion: GenerationDeletion) -> None:
+        """As the API server's DeleteCollection: every pod with the labels, but the spared."""
+        self.generation_deletions.append(deletion)
+        indexes = {str(i) for i in deletion.indexes}
+        for name, pod in list(self.pods.items()):
+            labels = pod["metadata"].get("labels", {})
+            if (labels.get(names.LABEL_JOB_NAME) == deletion.job
+                    and labels.get(names.LABEL_GROUP_GENERATION) == str(deletion.generation)
+                    and labels.get(names.LABEL_WORKER_INDEX) in indexes
+                    and name not in deletion.spared):
+                self.delete_pod(deletion.namespace, name, pod["metadata"]["uid"], deletion.grace)
 
     def delete_pod(self, namespace: str, name: str, uid: str, grace: int | None = None) -> None:
         pod = self.pods.get(name)

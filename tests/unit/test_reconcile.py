@@ -104,6 +104,25 @@ def test_a_group_deleted_is_one_log_line_not_one_per_pod(
     assert sum("deletionTimestamp" in p["metadata"] for p in cluster.pods.values()) == 8
 
 
+def test_a_generation_is_deleted_by_its_labels_sparing_what_is_not_to_be_touched() -> None:
+    """One deletion by label selector for the old generation's pods, not one per pod; a pod
+    already terminating keeps its grace period, a copy carrying the labels is left alone."""
+    cluster = started(workers=4)
+    twin = copy.deepcopy(cluster.pods["demo-worker-3"])
+    twin["metadata"].update(name="debug-copy", uid="uid-copy", ownerReferences=[])
+    cluster.pods["debug-copy"] = twin
+    cluster.user_deletes(3)  # terminating within its own 30 s
+    step(cluster)
+    step(cluster)  # deletes generation 0
+    [deletion] = cluster.generation_deletions
+    assert (deletion.job, deletion.generation, deletion.indexes) == ("demo", 0, (0, 1, 2))
+    assert deletion.spared == ("debug-copy", "demo-worker-3")
+    assert [d.name for d in deletion.pods] == ["demo-worker-0", "demo-worker-1", "demo-worker-2"]
+    grace = {n: p["metadata"].get("deletionGracePeriodSeconds") for n, p in cluster.pods.items()}
+    assert grace == {"demo-worker-0": 30, "demo-worker-1": 30, "demo-worker-2": 30,
+                     "demo-worker-3": 30, "debug-copy": None}
+
+
 def test_deleted_pod_restarts_without_spending_the_budget() -> None:
     cluster = started()
     cluster.user_deletes(2)
@@ -385,6 +404,27 @@ def test_unschedulable_worker_is_reported_once() -> None:
         "job wait for them")
     assert [e for e in cluster.events if e[0] == "Warning"] == [
         ("Warning", "Unschedulable", running["message"])]
+
+
+def test_unschedulable_counts_that_move_are_not_new_events() -> None:
+    """One Event per gist: "1 of 3" becoming "2 of 3" cannot be scheduled is the same news;
+    another refusal is not."""
+    cluster = make()
+    step(cluster)
+    cluster.run(0)
+    cluster.unschedulable(2, "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")
+    step(cluster)
+    cluster.unschedulable(1, "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
+    step(cluster)
+    running = next(c for c in cluster.status["conditions"] if c["type"] == "Running")
+    assert running["message"].startswith("2 of 3 workers cannot be scheduled")
+    warnings = [e for e in cluster.events if e[0] == "Warning"]
+    assert [e[2][:36] for e in warnings] == ["1 of 3 workers cannot be scheduled ("]
+    cluster.unschedulable(1, "0/2 nodes are available: 2 node(s) had untolerated taint(s).")
+    cluster.unschedulable(2, "0/2 nodes are available: 2 node(s) had untolerated taint(s).")
+    step(cluster)
+    warnings = [e for e in cluster.events if e[0] == "Warning"]
+    assert len(warnings) == 2 and "untolerated taint" in warnings[1][2]
 
 
 def test_workers_not_yet_placed_read_no_other_jobs_pods() -> None:

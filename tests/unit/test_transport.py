@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import pytest
@@ -23,6 +24,7 @@ from multiworker.clients import metrics
 from multiworker.clients.kube import (
     Cluster,
     Created,
+    GenerationDeletion,
     PodDeletion,
     PodPatch,
     RefusalKind,
@@ -71,6 +73,9 @@ class Handler(BaseHTTPRequestHandler):
             self.server.most_in_flight = max(self.server.most_in_flight, self.server.in_flight)
         time.sleep(self.server.delay)
         name = (body or {}).get("metadata", {}).get("name") or self.path.rsplit("/", 1)[-1]
+        selector = parse_qs(urlsplit(self.path).query).get("labelSelector")
+        if selector:  # a collection: answered by its job's name; RBAC refuses job "rbac"'s
+            name = selector[0].split(",")[0].split("=")[1].replace("rbac", "forbidden")
         status, message = ANSWERS.get(name.split("-")[0], (201, ""))
         payload = json.dumps({"kind": "Status", "code": status, "message": message}
                              if status >= 300 else {"metadata": {"name": name}}).encode()
@@ -155,6 +160,42 @@ def test_deletes_carry_the_uid_and_grace_and_count_gone_or_replaced_as_done(
     assert bodies["newer-2"]["gracePeriodSeconds"] == 30
     with pytest.raises(ApiException):
         cluster.delete_pods([PodDeletion("ns", "broken-3", "u3")])
+
+
+def generation(job: str, workers: int, spared: tuple[str, ...] = ()) -> GenerationDeletion:
+    return GenerationDeletion(
+        "ns", job, 3, tuple(PodDeletion("ns", f"{job}-worker-{i}", f"u{i}", grace=5)
+                            for i in range(workers)),
+        tuple(range(workers)), grace=5, spared=spared)
+
+
+def test_a_generation_goes_by_label_selector_in_shards_sparing_pods_by_name(
+    api: FakeAPI, cluster: Cluster,
+) -> None:
+    cluster.delete_generation(generation("a", 70, spared=("a-worker-9", "copy")))
+    calls = [(urlsplit(path), body) for method, path, _, body in api.seen]
+    assert len(calls) == 3  # 32 + 32 + 6
+    assert {url.path for url, _ in calls} == {"/api/v1/namespaces/ns/pods"}
+    assert all(body == {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 5}
+               for _, body in calls)
+    queries = sorted((parse_qs(url.query) for url, _ in calls),
+                     key=lambda q: len(q["labelSelector"][0]))
+    assert queries[0]["labelSelector"] == [(
+        "multiworker.dev/job-name=a,multiworker.dev/group-generation=3,"
+        "multiworker.dev/worker-index in (64,65,66,67,68,69)")]
+    assert all(q["fieldSelector"] == ["metadata.name!=a-worker-9,metadata.name!=copy"]
+               for q in queries)
+    covered = [i for q in queries
+               for i in q["labelSelector"][0].split("(")[1].rstrip(")").split(",")]
+    assert sorted(map(int, covered)) == list(range(70))
+
+
+def test_a_generation_goes_pod_by_pod_where_rbac_forbids_collections(
+    api: FakeAPI, cluster: Cluster,
+) -> None:
+    cluster.delete_generation(generation("rbac", 3))
+    one_by_one = sorted(path for method, path, _, _ in api.seen if "?" not in path)
+    assert one_by_one == [f"/api/v1/namespaces/ns/pods/rbac-worker-{i}" for i in range(3)]
 
 
 def test_a_patch_of_a_pod_gone_or_replaced_is_not_applied(

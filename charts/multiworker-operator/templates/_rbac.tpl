@@ -24,10 +24,11 @@ against the code's REST calls; the e2e suite runs the operator under it.
   verbs: [update]
 # Worker pods: watched (label-selected) into the cache, created per generation, deleted on a
 # group restart or when the job ends; get only when a create finds the name taken; patched
-# (labels, annotations) to restart a group in place.
+# (labels, annotations) to restart a group in place. A restarting group's pods go by label
+# selector, 32 to a call (deletecollection: no pod that list + delete could not reach anyway).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete, deletecollection]
 # The headless Service that gives workers their DNS names; get only when the name is taken.
 - apiGroups: [""]
   resources: [services]

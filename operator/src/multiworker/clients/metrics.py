@@ -63,23 +63,30 @@ BAD_PROGRESS_REPORTS = Counter(
 
 _lock = threading.Lock()
 _phases: dict[tuple[str, str], str] = {}
+_counts: dict[str, int] = {}
 
 
 def set_job_phase(namespace: str, name: str, phase: str | None) -> None:
-    """Remember one job's phase (None forgets the job) and refresh the per-phase gauge."""
+    """Remember one job's phase (None forgets the job) and move the per-phase gauge; every
+    pass calls this, so it costs nothing when the phase is unchanged (a recount of every job
+    was O(jobs) per pass)."""
+    key = (namespace, name)
     with _lock:
+        old = _phases.get(key)
+        if old == phase:
+            return
         if phase is None:
-            _phases.pop((namespace, name), None)
+            del _phases[key]
         else:
-            _phases[(namespace, name)] = phase
-        counts = {p.value: 0 for p in Phase}
-        for value in _phases.values():
-            counts[value] = counts.get(value, 0) + 1
-        for value, count in counts.items():
-            JOBS.labels(phase=value).set(count)
+            _phases[key] = phase
+        for value, delta in ((old, -1), (phase, +1)):
+            if value is not None:
+                _counts[value] = _counts.get(value, 0) + delta
+                JOBS.labels(phase=value).set(_counts[value])
 
 
-set_job_phase("", "", None)  # export every phase (as 0) from the first scrape on
+for _phase in Phase:  # every phase exported (as 0) from the first scrape on
+    JOBS.labels(phase=_phase.value).set(0)
 
 
 def serve(port: int) -> None:

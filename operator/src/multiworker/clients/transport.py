@@ -395,4 +395,5 @@ def _resource(path: str) -> tuple[str, str, bool]:
 
 def _rbac_verb(method: str, collection: bool) -> str:
     return {"GET": "list" if collection else "get", "POST": "create", "PUT": "update",
-            "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
+            "PATCH": "patch", "DELETE": "deletecollection" if collection else "delete",
+            }.get(method, method.lower())

@@ -107,6 +107,7 @@ class StalePod:
     node: str = ""  # where it runs: a pod on a lost node never terminates by itself
     pod_group: str = ""  # its gang's PodGroup, which goes with it
     ip: str = ""  # where its in-place restart agent listens
+    index: int | None = None  # its worker index label
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ def _sort(pod: Pod, job: str, job_uid: str, workers: int, generation: int,
         deletion=_time(meta.get("deletionTimestamp")),
         node=(pod.get("spec") or {}).get("nodeName") or "",
         pod_group=labels.get(names.LABEL_POD_GROUP, ""),
-        ip=(pod.get("status") or {}).get("podIP") or "",
+        ip=(pod.get("status") or {}).get("podIP") or "", index=index,
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from multiworker.api.conditions import Reason
 from multiworker.decide.observe import PROBLEM_WAITING_REASONS
 
@@ -27,5 +29,15 @@ def event_type(reason: str) -> str:
 
 
 def is_problem(reason: str) -> bool:
-    """A why-not-running reason worth an Event of its own whenever its message changes."""
+    """A why-not-running reason worth an Event of its own whenever its gist changes."""
     return event_type(reason) == WARNING
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+def gist(message: str) -> str:
+    """A message with its numbers blanked. A why-not-running Event is emitted when the gist
+    changes, not when a count moves: a 256-worker group starting on tight nodes wrote ~30
+    "N of 256 workers cannot be scheduled" Events in 4 s, one per pass."""
+    return _NUMBER.sub("#", message)

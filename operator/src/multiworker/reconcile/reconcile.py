@@ -24,9 +24,9 @@ from multiworker.api import names
 from multiworker.api.conditions import Reason, Type
 from multiworker.api.job import InvalidJobSpec, Job
 from multiworker.api.spec import CleanPodPolicy
-from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus
+from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus, parse_status
 from multiworker.clients.agents import AgentNote
-from multiworker.clients.kube import Conflict, Gone, PodDeletion, PodPatch
+from multiworker.clients.kube import Conflict, GenerationDeletion, Gone, PodDeletion, PodPatch
 from multiworker.decide.hang import find_stall
 from multiworker.decide.inplace import STOP_BOUND, stop_deadline
 from multiworker.decide.nodes import NodeTrouble, combined, heartbeat_trouble, node_trouble
@@ -105,7 +105,8 @@ def reconcile(
     troubles = _troubles(cluster, {w.node for w in group.workers} | {s.node for s in group.stale},
                          now)
     log = job_logger(namespace, name, status.group_generation)
-    p = Pass(cluster, body, job, group, troubles, now, status.model_copy(deep=True), log,
+    # The status this pass changes: parsed again, a tenth of what a deep copy costs.
+    p = Pass(cluster, body, job, group, troubles, now, parse_status(body.get("status")), log,
              health, pods=pods, options=options)
     for step in STEPS:
         if step(p) is Flow.DONE:
@@ -168,12 +169,11 @@ def delete_stale_pods(p: Pass) -> Flow:
     fenced = p.job.spec.checkpoint is not None and p.status.progress is not None
     own_grace = (p.job.spec.template.spec.model_extra or {}).get(
         "terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
-    doomed: dict[tuple[int | None, int | None], list[str]] = {}  # (generation, grace) -> pods
+    doomed: dict[tuple[int | None, int | None], list[StalePod]] = {}  # (generation, grace)
     for pod in stale:
         if pod.deletion is None:
             grace = broken_group_grace(p.status.last_failure, pod.generation, own_grace)
-            doomed.setdefault((pod.generation, grace), []).append(pod.name)
-            deletions.append(PodDeletion(ns, pod.name, pod.uid, grace=grace))
+            doomed.setdefault((pod.generation, grace), []).append(pod)
             continue
         due = pod.deletion + FORCE_DELETE_AFTER
         trouble = p.troubles.get(pod.node)
@@ -195,9 +195,8 @@ def delete_stale_pods(p: Pass) -> Flow:
         p.log.warning("%s", message)
         p.emit(Reason.STALE_POD_FORCE_DELETED, message)
         deletions.append(PodDeletion(ns, pod.name, pod.uid, grace=0))
-    for (generation, grace), pods in doomed.items():  # one line per group, not per pod
-        p.log.info("deleting %s of generation %s%s", _some(pods), generation,
-                   "" if grace is None else f" within {grace}s: its group is broken")
+    for (generation, grace), pods in doomed.items():
+        deletions += _delete_generation(p, generation, grace, pods)
     p.cluster.delete_pods(deletions)
     # A gang's PodGroup (one per generation, gang.py) goes with its pods, once.
     for pod_group in sorted({pod.pod_group for pod in p.group.stale
@@ -371,6 +370,34 @@ def _move_in_place(p: Pass) -> list[StalePod]:
         p.log.info("restarting %d pods in place for generation %s", len(moving),
                    s.group_generation)
     return [pod for pod in p.group.stale if pod not in moving]
+
+
+MOST_SPARED = 100  # pods a GenerationDeletion's field selector may leave out by name
+
+
+def _delete_generation(p: Pass, generation: int | None, grace: int | None,
+                       pods: list[StalePod]) -> list[PodDeletion]:
+    """Delete `pods` (every pod of `generation` not yet terminating) by label selector, in one
+    log line, sparing by name the pods that carry the same labels and must be left alone:
+    those already terminating and any not controlled by the job. The deletions to make one by
+    one instead: the current generation's strays, pods without a worker index, too many to
+    spare."""
+    p.log.info("deleting %s of generation %s%s", _some([pod.name for pod in pods]), generation,
+               "" if grace is None else f" within {grace}s: its group is broken")
+    one_by_one = [PodDeletion(p.job.namespace, pod.name, pod.uid, grace=grace) for pod in pods]
+    if generation is None or generation >= p.status.group_generation \
+            or any(pod.index is None for pod in pods):
+        return one_by_one
+    spared = {pod.name for pod in p.group.stale
+              if pod.generation == generation and pod.deletion is not None}
+    spared.update(p.group.foreign)
+    if len(spared) > MOST_SPARED:
+        return one_by_one
+    p.cluster.delete_generation(GenerationDeletion(
+        p.job.namespace, p.job.name, generation, tuple(one_by_one),
+        tuple(pod.index for pod in pods if pod.index is not None), grace,
+        tuple(sorted(spared))))
+    return []
 
 
 def _reread_troubles(p: Pass, node_names: set[str]) -> Mapping[str, NodeTrouble]:

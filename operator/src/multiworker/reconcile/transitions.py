@@ -17,7 +17,7 @@ from multiworker.decide.inplace import in_place_blocker
 from multiworker.decide.observe import WorkerPhase
 from multiworker.decide.policy import Action, ActionKind
 from multiworker.reconcile.context import Pass
-from multiworker.reconcile.events import is_problem
+from multiworker.reconcile.events import gist, is_problem
 from multiworker.reconcile.gang import gang_enabled
 from multiworker.reconcile.render import pod_digest
 
@@ -155,9 +155,11 @@ def failure_record(p: Pass, action: Action) -> FailureRecord:
 
 
 def not_running(p: Pass, reason: str, message: str) -> None:
-    """Running=False with why; a problem gets a Warning Event whenever its message changes."""
+    """Running=False with why; a problem gets a Warning Event whenever its gist changes
+    (events.gist: not for every count that moves)."""
     old = next((c for c in p.job.status.conditions if c.type == Type.RUNNING), None)
-    if is_problem(reason) and (old is None or old.message != message):
+    if is_problem(reason) and (old is None or old.reason != reason
+                               or gist(old.message) != gist(message)):
         p.emit(reason, message)
     p.condition(Type.RUNNING, "False", reason, message)
 

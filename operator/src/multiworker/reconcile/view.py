@@ -12,7 +12,14 @@ from typing import Any
 
 from multiworker.clients.heartbeats import Heartbeats
 from multiworker.clients.informer import Key, Store
-from multiworker.clients.kube import Cluster, Created, PodDeletion, PodPatch, Refused
+from multiworker.clients.kube import (
+    Cluster,
+    Created,
+    GenerationDeletion,
+    PodDeletion,
+    PodPatch,
+    Refused,
+)
 from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS
 
 Manifest = dict[str, Any]
@@ -102,6 +109,9 @@ class View:
 
     def delete_pods(self, deletions: Sequence[PodDeletion]) -> None:
         self.cluster.delete_pods(deletions)
+
+    def delete_generation(self, deletion: GenerationDeletion) -> None:
+        self.cluster.delete_generation(deletion)
 
     def patch_pods(self, patches: Sequence[PodPatch]) -> list[bool]:
         return self.cluster.patch_pods(patches)

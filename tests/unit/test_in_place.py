@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from multiworker.api import names
 from multiworker.clients.agents import AgentNote
-from multiworker.clients.informer import slim_node, slim_pod
+from multiworker.clients.shapes import slim_node, slim_pod
 from multiworker.decide.inplace import (
     RESTART_FEATURE,
     STOP_BOUND,

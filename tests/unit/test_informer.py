@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from multiworker.clients.informer import Informer, Store, key_of, slim_pod
+from multiworker.clients.informer import Informer, Store, key_of
+from multiworker.clients.shapes import POD, slim_pod
 from multiworker.decide.observe import WorkerPhase, classify
 
 from tests.unit.builders import PodBuilder
@@ -62,7 +63,7 @@ def test_a_relist_keeps_the_cached_copy_of_an_unchanged_object() -> None:
     changed["metadata"].update(name="demo-worker-2", resourceVersion="2")
     store = Store()
     informer = Informer(Pages([unchanged, changed]), "/api/v1/pods", store,  # type: ignore[arg-type]
-                        lambda *_: None, None, None, slim_pod)
+                        lambda *_: None, None, None, POD)
     informer._relist()
     first = store.get(key_of(unchanged))
     changed["metadata"]["resourceVersion"] = "3"

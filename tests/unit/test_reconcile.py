@@ -406,6 +406,31 @@ def test_unschedulable_worker_is_reported_once() -> None:
         ("Warning", "Unschedulable", running["message"])]
 
 
+def test_a_change_of_counts_alone_waits_a_second_after_the_last_write() -> None:
+    """ready 3/3 -> 2/3 and nothing else: not written within a second of the last write (a
+    starting group of 256 wrote ~30 such statuses), written when the pass comes again."""
+    cluster = started()
+    conditions = cluster.pods["demo-worker-2"]["status"]["conditions"]
+    conditions[:] = [c for c in conditions if c["type"] != "Ready"] + [
+        {"type": "Ready", "status": "False"}]
+    cluster.now += timedelta(seconds=1)
+    written = cluster.now - timedelta(seconds=0.4)
+    outcome = reconcile(cluster, NAMESPACE, "demo", cluster.now, last_write=written)
+    assert cluster.status["ready"] == "3/3" and outcome.written is None
+    assert outcome.requeue == pytest.approx(0.6)
+    cluster.now += timedelta(seconds=0.6)
+    outcome = reconcile(cluster, NAMESPACE, "demo", cluster.now, last_write=written)
+    assert cluster.status["ready"] == "2/3" and outcome.written is not None
+
+
+def test_a_change_beyond_counts_is_written_at_once() -> None:
+    cluster = started()
+    cluster.exit(1, 137)
+    cluster.now += timedelta(seconds=1)
+    reconcile(cluster, NAMESPACE, "demo", cluster.now, last_write=cluster.now)
+    assert cluster.status["phase"] == "Restarting"
+
+
 def test_unschedulable_counts_that_move_are_not_new_events() -> None:
     """One Event per gist: "1 of 3" becoming "2 of 3" cannot be scheduled is the same news;
     another refusal is not."""

@@ -16,8 +16,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from multiworker.clients import metrics
@@ -30,13 +28,7 @@ from multiworker.clients.kube import (
     RefusalKind,
     Refused,
 )
-from multiworker.clients.transport import (
-    ClientSettings,
-    Transport,
-    decode_event,
-    without_managed_fields,
-)
-from pydantic_core import from_json
+from multiworker.clients.transport import ClientSettings, Transport
 
 # The answer for a pod named so: (HTTP status, the server's message).
 ANSWERS = {"exists": (409, "already exists"), "quota": (403, "exceeded quota: gpus"),
@@ -242,72 +234,3 @@ def test_an_api_server_that_refuses_connections_raises() -> None:
             cluster.create_pods([pod("a-0"), pod("a-1")])
     finally:
         cluster.rest.close()
-
-
-# What the API server can write, per ObjectMeta and managedFields' schemas: strings are any text
-# (quotes, brackets, `]},"spec":`), keys of fieldsV1 carry their "f:"/"k:"/"v:" prefix.
-texts = st.text(max_size=12) | st.sampled_from(['"managedFields":[', ']},"spec":', '\\"', "spec"])
-fields_v1: st.SearchStrategy[Any] = st.recursive(
-    st.just({}), lambda inner: st.dictionaries(
-        st.one_of(st.just("."), texts.map(lambda t: f"f:{t}"), texts.map(lambda t: f"k:{t}")),
-        inner, max_size=3), max_leaves=8)
-managed_fields: st.SearchStrategy[list[Any]] = st.lists(st.fixed_dictionaries({
-    "manager": texts, "operation": st.sampled_from(["Update", "Apply"]),
-    "fieldsType": st.just("FieldsV1"), "fieldsV1": fields_v1}), max_size=3)
-object_meta: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries({}, optional={
-    "name": texts, "resourceVersion": st.integers(0).map(str),
-    "labels": st.dictionaries(texts, texts, max_size=3),
-    "annotations": st.dictionaries(texts, texts, max_size=3),
-    "finalizers": st.lists(texts, max_size=2),
-    "ownerReferences": st.lists(st.fixed_dictionaries(
-        {"apiVersion": texts, "kind": texts, "name": texts, "uid": texts,
-         "controller": st.booleans()}), max_size=2)})
-json_values: st.SearchStrategy[Any] = st.recursive(
-    st.none() | st.booleans() | st.integers() | texts,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
-    max_leaves=10)
-
-
-@settings(deadline=None, database=None)
-@given(meta=object_meta, fields=managed_fields, spec=st.dictionaries(texts, json_values),
-       rest=st.dictionaries(st.sampled_from(["status", "data"]), json_values))
-def test_an_event_without_its_managed_fields_decodes_to_the_same_event_less_them(
-    meta: dict[str, Any], fields: list[Any], spec: dict[str, Any], rest: dict[str, Any],
-) -> None:
-    """Whatever metadata, managers and spec hold (quotes, brackets, `]},"spec":` in strings),
-    a pod's event cut decodes to the whole event with managedFields dropped; an object laid out
-    otherwise (no spec after metadata, `]},"spec":` deeper in it) is decoded whole."""
-    pod = {"metadata": {**meta, "managedFields": fields}, "spec": spec, **rest}
-    event = json.dumps({"type": "MODIFIED", "object": pod}, separators=(",", ":")).encode()
-    expected = json.loads(event)
-    del expected["object"]["metadata"]["managedFields"]
-    assert from_json(without_managed_fields(event)) == expected
-    other = {"metadata": {**meta, "resourceVersion": "1", "managedFields": fields},
-             **rest, "data": {"x": {"y": []}, "spec": spec}}
-    event = json.dumps({"type": "MODIFIED", "object": other}, separators=(",", ":")).encode()
-    assert decode_event(event, cut=True) == json.loads(event)
-
-
-def test_a_pod_event_as_the_api_server_writes_it_loses_only_its_managed_fields() -> None:
-    pod = {"kind": "Pod", "apiVersion": "v1",
-           "metadata": {"name": "w-0", "resourceVersion": "7", "labels": {"a": "]},\"spec\":"},
-                        "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:spec": {}}}]},
-           "spec": {"nodeName": "n"}, "status": {"phase": "Running"}}
-    event = json.dumps({"type": "ADDED", "object": pod}, separators=(",", ":")).encode()
-    decoded = decode_event(event, cut=True)
-    assert decoded["object"]["metadata"] == {"name": "w-0", "resourceVersion": "7",
-                                             "labels": {"a": "]},\"spec\":"}}
-    assert decoded["object"]["spec"] == {"nodeName": "n"}
-    assert decoded["object"]["status"] == {"phase": "Running"}
-
-
-@pytest.mark.parametrize("cut", [True, False])
-def test_a_custom_resource_written_with_sorted_keys_is_decoded_whole(cut: bool) -> None:
-    """Custom resources come with sorted keys: name, resourceVersion and uid after
-    managedFields. Cutting there would lose them; the event is decoded whole instead."""
-    job = {"apiVersion": "multiworker.dev/v1alpha1", "kind": "MultiWorkerJob",
-           "metadata": {"generation": 2, "managedFields": [{"manager": "kubectl"}],
-                        "name": "j", "namespace": "ns", "resourceVersion": "9", "uid": "u"},
-           "spec": {"workers": 2}}
-    event = json.dumps({"type": "MODIFIED", "object": job}, separators=(",", ":")).encode()
-    assert decode_event(event, cut) == json.loads(event)

@@ -26,11 +26,12 @@ from multiworker.api.status import TERMINAL_PHASES
 from multiworker.clients import metrics
 from multiworker.clients.agents import Agents
 from multiworker.clients.heartbeats import NODE_LEASES_PATH, slim_lease
-from multiworker.clients.informer import Informer, Key, Store, slim, slim_node, slim_pod
+from multiworker.clients.informer import Informer, Key, Store
 from multiworker.clients.kube import Cluster
 from multiworker.clients.leader import Elector
 from multiworker.clients.poller import Poller
 from multiworker.clients.relay import LoopRelay
+from multiworker.clients.shapes import NODE, OBJECT, POD, Shape
 from multiworker.clients.workqueue import WorkQueue, jittered
 from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS
 from multiworker.decide.observe import Classified
@@ -104,6 +105,7 @@ class Controller:
     _in_pass: dict[Key, float] = field(init=False, default_factory=dict)
     _jobs_per_namespace: dict[str, int] = field(init=False, default_factory=dict)
     _classified: dict[Key, Classified] = field(init=False, default_factory=dict)
+    _written_at: dict[Key, datetime] = field(init=False, default_factory=dict)  # our last write
     # Nodes with workers whose Lease went silent, their jobs told once; told again on renewal.
     _silent_nodes: set[str] = field(init=False, default_factory=set)
     # Not waited for at start: without RBAC for kube-node-lease, the operator runs on and
@@ -128,16 +130,16 @@ class Controller:
         for ns in scopes:
             self.informers.append(self._informer(
                 names.job_path(ns) if ns else f"/apis/{names.GROUP}/{names.VERSION}/"
-                f"{names.PLURAL}", self.view.job_store, self._on_job, ns, None, slim))
+                f"{names.PLURAL}", self.view.job_store, self._on_job, ns, None, OBJECT))
             self.informers.append(self._informer(
                 f"/api/v1/namespaces/{ns}/pods" if ns else "/api/v1/pods",
-                self.view.pod_store, self._on_pod, ns, names.POD_WATCH_SELECTOR, slim_pod))
+                self.view.pod_store, self._on_pod, ns, names.POD_WATCH_SELECTOR, POD))
         self.informers.append(self._informer("/api/v1/nodes", self.view.node_store,
-                                             self._on_node, None, None, slim_node))
+                                             self._on_node, None, None, NODE))
         for informer in self.informers:
             informer.start()
         self._lease_informer = self._informer(NODE_LEASES_PATH, Store(), self._on_lease,
-                                              None, None, slim_lease)
+                                              None, None, Shape.of(slim_lease))
         self._lease_informer.start()
         await asyncio.to_thread(self._wait_synced)
         log.info("caches synced: %d jobs, %d pods, %d nodes", len(self.view.job_store),
@@ -178,10 +180,10 @@ class Controller:
 
     def _informer(self, path: str, store: Store, listener: Callable[..., None],
                   namespace: str | None, selector: str | None,
-                  transform: Callable[[Manifest], Manifest]) -> Informer:
+                  shape: Shape) -> Informer:
         assert self._relay is not None
         return Informer(self.cluster, path, store, self._relay.to(listener), namespace,
-                        selector, transform)
+                        selector, shape)
 
     def _wait_synced(self) -> None:
         for informer in self.informers:
@@ -261,6 +263,9 @@ class Controller:
                 self.queue.add(job)
 
     def _pods_by_node_update(self, old: Manifest | None, new: Manifest | None) -> None:
+        """Index a pod by its node; most pod events keep the node (and the job) as it was."""
+        if old is not None and new is not None and _node_of(old) == _node_of(new):
+            return
         if new is None:
             if old is not None:
                 self._pods_by_node.remove((old["metadata"].get("namespace", ""),
@@ -313,7 +318,8 @@ class Controller:
             outcome = await asyncio.to_thread(reconcile, self.view, key[0], key[1], now,
                                               self.poller.health(key), expected,
                                               self.options,
-                                              self._classified.setdefault(key, Classified()))
+                                              self._classified.setdefault(key, Classified()),
+                                              self._written_at.get(key))
         except Exception as e:  # every error: log, report once per streak, retry with backoff
             await self._failed(key, e)
             return
@@ -331,10 +337,12 @@ class Controller:
             self._expected.pop(key, None)
             self._pod_seen.pop(key, None)
             self._classified.pop(key, None)
+            self._written_at.pop(key, None)
             metrics.set_job_phase(key[0], key[1], None)
             return
         if outcome.written is not None:
             self.view.remember_write(key, *outcome.written)
+            self._written_at[key] = now
         if outcome.created:
             deadline = time.monotonic() + EXPECT_SECONDS
             seen = self._pod_seen.get(key, {})

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from multiworker.api import names
 from multiworker.clients.kube import Cluster
+from multiworker.clients.shapes import OBJECT, Shape
 from multiworker.clients.transport import Expired
 
 log = logging.getLogger(__name__)
@@ -35,67 +35,6 @@ _RETRY_SECONDS = (0.2, 0.5, 1, 2, 5, 10, 30)
 def key_of(obj: Manifest) -> Key:
     meta = obj.get("metadata", {})
     return meta.get("namespace", ""), meta.get("name", "")
-
-
-def slim(obj: Manifest) -> Manifest:
-    """Drop what no pass reads and memory would pay for (managedFields, last-applied)."""
-    meta = dict(obj.get("metadata") or {})
-    meta.pop("managedFields", None)
-    annotations = meta.get("annotations")
-    if annotations and "kubectl.kubernetes.io/last-applied-configuration" in annotations:
-        meta["annotations"] = {k: v for k, v in annotations.items()
-                               if k != "kubectl.kubernetes.io/last-applied-configuration"}
-    return {**obj, "metadata": meta}
-
-
-_POD_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
-             "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds")
-_POD_STATUS = ("phase", "reason", "message", "hostIP", "podIP", "conditions")
-_CONTAINER_STATUS = ("name", "state", "lastState", "restartCount", "imageID", "ready")
-
-
-def slim_pod(pod: Manifest) -> Manifest:
-    """A pod as observe.py and placement.py read it, and nothing more: a cache of 8,000 pods
-    must not keep their commands, env, volumes or users' annotations (up to 256 KiB each).
-    Metadata: identity, labels, owners, times and the operator's own annotations; spec: node,
-    scheduler, the containers' names, resources and restart rules; status: phase, reason,
-    addresses, conditions and each container's state, last state, restart count and image."""
-    meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
-    kept_meta: Manifest = {k: meta[k] for k in _POD_META if k in meta}
-    ours = {k: v for k, v in (meta.get("annotations") or {}).items()
-            if k.startswith(f"{names.GROUP}/")}
-    if ours:
-        kept_meta["annotations"] = ours
-    kept_spec: Manifest = {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec}
-    for key in ("containers", "initContainers"):
-        if key in spec:
-            kept_spec[key] = [{"name": c.get("name"), "resources": c.get("resources") or {},
-                               **({"restartPolicyRules": c["restartPolicyRules"]}
-                                  if c.get("restartPolicyRules") else {})}
-                              for c in spec[key]]
-    kept_status: Manifest = {k: status[k] for k in _POD_STATUS if k in status}
-    for key in ("containerStatuses", "initContainerStatuses"):
-        if key in status:
-            kept_status[key] = [{k: c[k] for k in _CONTAINER_STATUS if k in c}
-                                for c in status[key]]
-    return {"metadata": kept_meta, "spec": kept_spec, "status": kept_status}
-
-
-def slim_node(node: Manifest) -> Manifest:
-    """A node as lost-node detection, GPU placement and in-place restarts read it: labels,
-    taints, whether it is cordoned, conditions, allocatable resources, its kubelet's version and
-    declared features."""
-    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, \
-        node.get("status") or {}
-    return {"metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion", "labels",
-                                                "deletionTimestamp") if k in meta},
-            "spec": {"taints": spec.get("taints", []),
-                     "unschedulable": spec.get("unschedulable", False)},
-            "status": {"conditions": status.get("conditions", []),
-                       "allocatable": status.get("allocatable", {}),
-                       "nodeInfo": {"kubeletVersion": (status.get("nodeInfo") or {})
-                                    .get("kubeletVersion", "")},
-                       "declaredFeatures": status.get("declaredFeatures") or []}}
 
 
 @dataclass
@@ -188,7 +127,7 @@ class Informer:
     listener: Listener
     namespace: str | None = None  # None: cluster-wide (the store may hold other namespaces)
     selector: str | None = None  # server-side label selector
-    transform: Callable[[Manifest], Manifest] = slim
+    shape: Shape = OBJECT  # what the store keeps of each object (shapes.py)
     synced: threading.Event = field(default_factory=threading.Event)
     stopping: threading.Event = field(default_factory=threading.Event)
     relists: int = 0  # how often it had to list (start-up, then every 410 Gone)
@@ -235,7 +174,7 @@ class Informer:
             for item in page.get("items", []):
                 held = self.store.get(key_of(item))
                 same = held is not None and _version(held) == _version(item)
-                items.append(held if same and held is not None else self.transform(item))
+                items.append(held if same and held is not None else self.shape.slim(item))
             cont = (page.get("metadata") or {}).get("continue") or None
             if cont is None:
                 break
@@ -246,14 +185,13 @@ class Informer:
 
     def _follow(self, version: str) -> str:
         for event in self.cluster.watch(self.path, self.selector, version,
-                                        SERVER_TIMEOUT_SECONDS):
+                                        SERVER_TIMEOUT_SECONDS, self.shape.decode):
             if self.stopping.is_set():
                 break
             kind, obj = event.get("type", ""), event.get("object") or {}
             version = _version(obj) or version
             if kind == "BOOKMARK":
                 continue
-            obj = self.transform(obj)
             if kind == "DELETED":
                 old = self.store.remove(key_of(obj))
                 self.listener(kind, old, None)

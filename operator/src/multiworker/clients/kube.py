@@ -12,7 +12,7 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -162,8 +162,8 @@ class Cluster:
         return self.rest.list_page(path, selector, limit, cont)
 
     def watch(self, path: str, selector: str | None, resource_version: str,
-              server_timeout: int) -> Iterator[Manifest]:
-        return self.rest.watch(path, selector, resource_version, server_timeout)
+              server_timeout: int, decode: Callable[[bytes], Manifest]) -> Iterator[Manifest]:
+        return self.rest.watch(path, selector, resource_version, server_timeout, decode)
 
     # --- jobs ---
 

@@ -95,6 +95,7 @@ class Pass:
     log: JobLogger
     health: GroupHealth | None = None  # the workers' progress, as last polled
     pods: list[Manifest] = field(default_factory=list)  # the job's pods, as cached
+    last_write: datetime | None = None  # when this operator last wrote the job's status
     options: Options = field(default_factory=lambda: Options())
     events: list[tuple[str, str, str]] = field(default_factory=list)
     after_write: list[Callable[[], None]] = field(default_factory=list)

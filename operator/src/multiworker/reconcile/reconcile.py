@@ -81,11 +81,12 @@ def reconcile(
     cluster: ClusterIO, namespace: str, name: str, now: datetime,
     health: GroupHealth | None = None, expected: Collection[str] = (),
     options: Options = DEFAULT_OPTIONS, classified: Classified | None = None,
+    last_write: datetime | None = None,
 ) -> Outcome:
     """One pass; `health` is the workers' progress as last polled (poller.py), `expected`
     the pods this operator created that the cache has not shown yet, `options` the
     operator's command-line choices, `classified` the job's pod states from earlier passes
-    (observe.Classified)."""
+    (observe.Classified), `last_write` when this operator last wrote its status."""
     body = cluster.cached_job(namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return Outcome(gone=True)
@@ -107,7 +108,7 @@ def reconcile(
     log = job_logger(namespace, name, status.group_generation)
     # The status this pass changes: parsed again, a tenth of what a deep copy costs.
     p = Pass(cluster, body, job, group, troubles, now, parse_status(body.get("status")), log,
-             health, pods=pods, options=options)
+             health, pods=pods, options=options, last_write=last_write)
     for step in STEPS:
         if step(p) is Flow.DONE:
             break

@@ -25,7 +25,7 @@ against the code's REST calls; the e2e suite runs the operator under it.
 # Worker pods: watched (label-selected) into the cache, created per generation, deleted on a
 # group restart or when the job ends; get only when a create finds the name taken; patched
 # (labels, annotations) to restart a group in place. A restarting group's pods go by label
-# selector, 32 to a call (deletecollection: no pod that list + delete could not reach anyway).
+# selector, 8 to a call (deletecollection: no pod that list + delete could not reach anyway).
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, patch, delete, deletecollection]

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 Manifest = dict[str, Any]
 COMPONENT = "multiworker-operator"
 LEASE_CALL_SECONDS = 3.0
-DELETE_SHARD = 32  # pods per DeleteCollection call (GenerationDeletion)
+DELETE_SHARD = 8  # pods per DeleteCollection call: the API server deletes them one by one
 
 
 # Every (API group, resource, verb) the operator calls — the chart's RBAC grants exactly these

@@ -203,19 +203,6 @@ def slim_node(node: Manifest) -> Manifest:
                        "declaredFeatures": status.get("declaredFeatures") or []}}
 
 
-def _finish_node(node: Manifest) -> Manifest:
-    """A node as msgspec decoded it into _Node, made exactly what slim_node makes of it."""
-    spec, status = node.get("spec", {}), node.get("status", {})
-    return {"metadata": node.get("metadata", {}),
-            "spec": {"taints": spec.get("taints", []),
-                     "unschedulable": spec.get("unschedulable", False)},
-            "status": {"conditions": status.get("conditions", []),
-                       "allocatable": status.get("allocatable", {}),
-                       "nodeInfo": {"kubeletVersion": status.get("nodeInfo", {})
-                                    .get("kubeletVersion", "")},
-                       "declaredFeatures": status.get("declaredFeatures") or []}}
-
-
 # --- decoding watch events ---
 
 Decoder = Callable[[bytes], Manifest]
@@ -268,4 +255,4 @@ class Shape:
 
 OBJECT = Shape.of(slim)
 POD = Shape(slim_pod, shaped(_PodEvent, _finish_pod, slim_pod))
-NODE = Shape(slim_node, shaped(_NodeEvent, _finish_node, slim_node))
+NODE = Shape(slim_node, shaped(_NodeEvent, slim_node, slim_node))  # few events: slim again

@@ -34,8 +34,9 @@ def commit(p: Pass) -> Manifest | None:
     s.phase = phase_of(s, p.group, spec.suspend)
     written = None
     new, old = dump(s), dump(p.job.status)
-    if new != old and _count_only(p, old, new):
-        p.wake_at(p.last_write + COUNT_WRITE_INTERVAL if p.last_write else p.now)
+    later = _counts_wait_until(p, old, new) if new != old else None
+    if later is not None:
+        p.wake_at(later)
     elif new != old:
         version = write(p.cluster, p.body, new)
         written = {**p.body, "metadata": {**p.body["metadata"], "resourceVersion": version},
@@ -53,12 +54,13 @@ def commit(p: Pass) -> Manifest | None:
 COUNT_WRITE_INTERVAL = timedelta(seconds=1)
 
 
-def _count_only(p: Pass, old: Manifest, new: Manifest) -> bool:
-    """Whether `new` differs from `old` only in counts, and the last write was too recent."""
+def _counts_wait_until(p: Pass, old: Manifest, new: Manifest) -> datetime | None:
+    """When to write `new`, if it differs from `old` only in counts and the last write was
+    too recent; None: now."""
     if p.last_write is None or p.now - p.last_write >= COUNT_WRITE_INTERVAL or p.events \
-            or p.after_write:
-        return False
-    return _without_counts(old) == _without_counts(new)
+            or p.after_write or _without_counts(old) != _without_counts(new):
+        return None
+    return p.last_write + COUNT_WRITE_INTERVAL
 
 
 def _without_counts(status: Manifest) -> Manifest:

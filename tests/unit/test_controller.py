@@ -108,14 +108,14 @@ def test_a_created_pod_the_watch_already_showed_is_not_expected_again() -> None:
     from multiworker.reconcile.context import Outcome
 
     controller = Controller(None, [NAMESPACE], None)  # type: ignore[arg-type]
+    controller.view.job_store.put(job_body())
     pod = {"metadata": {"name": "demo-worker-0", "namespace": NAMESPACE,
                         "labels": {"multiworker.dev/job-name": "demo"}}, "spec": {}}
     began = time.monotonic()
-    controller._on_pod("ADDED", None, pod)  # the watch is faster than the pass
-    controller._on_pod("DELETED", pod, None)  # and the pod is gone at once
 
-
-    async def pass_ends() -> None:  # (it queues the job's resync on the loop)
+    async def pass_ends() -> None:  # (the events and the resync are queued on the loop)
+        controller._on_pod("ADDED", None, pod)  # the watch is faster than the pass
+        controller._on_pod("DELETED", pod, None)  # and the pod is gone at once
         controller._after(KEY, Outcome(created=("demo-worker-0", "demo-worker-1")),
                           datetime.now(UTC), began)
 
@@ -125,8 +125,8 @@ def test_a_created_pod_the_watch_already_showed_is_not_expected_again() -> None:
 
 def test_pod_events_of_a_large_group_wake_its_job_once_after_a_batch_period() -> None:
     """A pass reads the whole group: 1,024 workers' events within 0.5 s make one pass, not
-    one each; an 8-worker job waits 4 ms."""
-    from multiworker.controller import POD_BATCH_MAX_SECONDS
+    one each; an 8-worker job waits 25 ms, 64 workers 32 ms."""
+    from multiworker.controller import POD_BATCH_MAX_SECONDS, _pod_batch_seconds
 
     controller = Controller(None, [NAMESPACE], None)  # type: ignore[arg-type]
     controller.view.job_store.put(job_body(workers=1024))
@@ -147,6 +147,26 @@ def test_pod_events_of_a_large_group_wake_its_job_once_after_a_batch_period() ->
 
     waited, left = asyncio.run(events())
     assert waited >= POD_BATCH_MAX_SECONDS * 0.9 and left == 0  # one pass for all 200
-    small = Controller(None, [NAMESPACE], None)  # type: ignore[arg-type]
-    small.view.job_store.put(job_body(workers=8))
-    assert small._pod_batch_seconds(KEY) == 0.004
+    assert _pod_batch_seconds(job_body(workers=8)) == 0.025
+    assert _pod_batch_seconds(job_body(workers=64)) == 0.032
+
+
+def test_pod_events_of_a_job_gone_wake_nothing_and_leave_nothing() -> None:
+    """Deleting a job deletes its pods (the garbage collector): their events woke a pass each
+    (~10 for a group of 8) with nothing to do, and kept their names until the next pass."""
+    controller = Controller(None, [NAMESPACE], None)  # type: ignore[arg-type]
+    pod = {"metadata": {"name": "demo-worker-0", "namespace": NAMESPACE,
+                        "labels": {"multiworker.dev/job-name": "demo"}},
+           "spec": {"nodeName": "node-1"}}
+    controller._on_pod("ADDED", None, pod)
+    controller._on_pod("DELETED", pod, None)
+    assert len(controller.queue) == 0 and not controller._pod_seen
+    assert controller._pods_by_node.indexes() == []
+    controller.view.job_store.put(job_body())
+
+    async def added() -> None:  # (the pass is queued on the loop)
+        controller._on_pod("ADDED", None, pod)
+
+    asyncio.run(added())
+    assert controller._pods_by_node.indexes() == [("", "node-1")]
+    assert KEY in controller._pod_seen

@@ -423,6 +423,30 @@ def test_a_change_of_counts_alone_waits_a_second_after_the_last_write() -> None:
     assert cluster.status["ready"] == "2/3" and outcome.written is not None
 
 
+def test_a_groups_progress_waits_and_its_end_is_written_at_once() -> None:
+    """Pending -> Starting ("worker-0 is starting", the Running condition's reason and the
+    counts) waits for a second after the last write; the group running does not."""
+    cluster = make()
+    step(cluster)
+    assert cluster.status["phase"] == "Pending"
+    written, pending = cluster.now, cluster.status
+    for pod in cluster.pods.values():
+        pod["spec"]["nodeName"] = "node-1"
+        pod["status"] = {"phase": "Pending", "hostIP": "10.0.0.1", "containerStatuses": [
+            {"name": "tensorflow", "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+    outcome = reconcile(cluster, NAMESPACE, "demo", written + timedelta(seconds=0.2),
+                        last_write=written)
+    assert outcome.written is None and cluster.status == pending
+    assert outcome.requeue == pytest.approx(0.8)
+    outcome = reconcile(cluster, NAMESPACE, "demo", written + timedelta(seconds=1),
+                        last_write=written)
+    assert cluster.status["phase"] == "Starting" and outcome.written is not None
+    cluster.run()
+    outcome = reconcile(cluster, NAMESPACE, "demo", written + timedelta(seconds=1.1),
+                        last_write=written + timedelta(seconds=1))
+    assert (cluster.status["phase"], cluster.status["ready"]) == ("Running", "3/3")
+
+
 def test_a_change_beyond_counts_is_written_at_once() -> None:
     cluster = started()
     cluster.exit(1, 137)

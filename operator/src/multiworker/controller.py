@@ -50,11 +50,13 @@ ERROR_BACKOFF_SECONDS = 1.0  # after a failed pass: 1, 2, 4, ... seconds
 MAX_ERROR_BACKOFF_SECONDS = 60.0
 EXPECT_SECONDS = 60.0  # a created pod the cache has not shown after this is missing after all
 STUCK_PASS_SECONDS = 180.0  # a pass running longer than this means the operator is wedged
-# A pod event wakes its job after this much per worker (at most POD_BATCH_MAX_SECONDS), so one
-# pass covers the events that arrive meanwhile: a pass reads the whole group, and a group of
-# 1,024 starting sends ~5,000 pod events. 8 workers wait 4 ms, 1,024 wait 0.5 s — what this
-# adds to noticing a failure, against restarts that take seconds at that size.
+# A pod event wakes its job after this much per worker (between POD_BATCH_MIN_SECONDS and
+# POD_BATCH_MAX_SECONDS), so one pass covers the events that arrive meanwhile: a pass reads the
+# whole group, and a group of 1,024 starting sends ~5,000 pod events. Up to 50 workers wait
+# 25 ms (a group of 8 ran ~26 passes for one start and restart at 4 ms), 1,024 wait 0.5 s —
+# what this adds to noticing a failure, against restarts that take seconds at that size.
 POD_BATCH_SECONDS_PER_WORKER = 0.0005
+POD_BATCH_MIN_SECONDS = 0.025
 POD_BATCH_MAX_SECONDS = 0.5
 # How often the nodes that run workers are checked for a Lease gone silent: no event says so.
 HEARTBEAT_CHECK_SECONDS = 1.0
@@ -68,6 +70,14 @@ def _pod_job(pod: Manifest) -> Key | None:
     meta = pod.get("metadata", {})
     job = (meta.get("labels") or {}).get(names.LABEL_JOB_NAME)
     return (meta.get("namespace", ""), job) if job else None
+
+
+def _pod_batch_seconds(job: Manifest) -> float:
+    workers = (job.get("spec") or {}).get("workers")
+    if not isinstance(workers, int):
+        return 0.0
+    return min(POD_BATCH_MAX_SECONDS,
+               max(POD_BATCH_MIN_SECONDS, workers * POD_BATCH_SECONDS_PER_WORKER))
 
 
 def _node_of(pod: Manifest) -> Key | None:
@@ -218,18 +228,16 @@ class Controller:
         job = _pod_job(obj)
         if job is None:
             return
+        self._pods_by_node_update(old, new)
+        body = self.view.job_store.get(job)
+        if body is None:
+            # Its job is gone (the garbage collector deletes the pods) or not listed yet (its
+            # ADDED brings a pass): nothing for a pass to do. A group of 8 deleted woke ~10.
+            return
         name = obj["metadata"].get("name", "")
         self._expected.get(job, {}).pop(name, None)
         self._pod_seen.setdefault(job, {})[name] = time.monotonic()
-        self._pods_by_node_update(old, new)
-        self.queue.add_after(job, self._pod_batch_seconds(job))
-
-    def _pod_batch_seconds(self, job: Key) -> float:
-        body = self.view.job_store.get(job)
-        workers = ((body or {}).get("spec") or {}).get("workers")
-        if not isinstance(workers, int):
-            return 0.0
-        return min(POD_BATCH_MAX_SECONDS, workers * POD_BATCH_SECONDS_PER_WORKER)
+        self.queue.add_after(job, _pod_batch_seconds(body))
 
     def _on_node(self, kind: str, old: Manifest | None, new: Manifest | None) -> None:
         if old is not None and new is not None and _node_health(old) == _node_health(new):

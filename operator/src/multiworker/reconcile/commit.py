@@ -34,7 +34,7 @@ def commit(p: Pass) -> Manifest | None:
     s.phase = phase_of(s, p.group, spec.suspend)
     written = None
     new, old = dump(s), dump(p.job.status)
-    later = _counts_wait_until(p, old, new) if new != old else None
+    later = _progress_wait_until(p, old, new) if new != old else None
     if later is not None:
         p.wake_at(later)
     elif new != old:
@@ -48,25 +48,31 @@ def commit(p: Pass) -> Manifest | None:
     return written
 
 
-# A change of counts alone (ready 37/64 -> 41/64, which worker the message names) waits
-# this long after the last write: a 256-worker group starting wrote ~30 statuses that differed
-# in nothing else. Anything else is written at once.
-COUNT_WRITE_INTERVAL = timedelta(seconds=1)
+# A change of progress alone waits this long after the last write: counts (ready 37/64 ->
+# 41/64), the Running condition's reason and message (which worker it names, "creating 8
+# workers" -> "worker-1 is starting"), the phase between Pending and Starting. A 256-worker
+# group starting wrote ~30 statuses that differed in nothing else, and a restart of 8 wrote
+# five where two say what matters. Anything else (a phase that ends the wait: Running,
+# Restarting, a failure; a condition that flips; a new generation) is written at once.
+PROGRESS_WRITE_INTERVAL = timedelta(seconds=1)
+WAITING_PHASES = ("Pending", "Starting")
 
 
-def _counts_wait_until(p: Pass, old: Manifest, new: Manifest) -> datetime | None:
-    """When to write `new`, if it differs from `old` only in counts and the last write was
-    too recent; None: now."""
-    if p.last_write is None or p.now - p.last_write >= COUNT_WRITE_INTERVAL or p.events \
-            or p.after_write or _without_counts(old) != _without_counts(new):
+def _progress_wait_until(p: Pass, old: Manifest, new: Manifest) -> datetime | None:
+    """When to write `new`, if it differs from `old` only in progress and the last write
+    was too recent; None: now."""
+    if p.last_write is None or p.now - p.last_write >= PROGRESS_WRITE_INTERVAL or p.events \
+            or p.after_write or _without_progress(old) != _without_progress(new):
         return None
-    return p.last_write + COUNT_WRITE_INTERVAL
+    return p.last_write + PROGRESS_WRITE_INTERVAL
 
 
-def _without_counts(status: Manifest) -> Manifest:
+def _without_progress(status: Manifest) -> Manifest:
     masked = {k: v for k, v in status.items() if k not in ("ready", "readyWorkers")}
-    masked["conditions"] = [{**c, "message": ""} if c.get("type") == "Running" else c
-                            for c in status.get("conditions") or []]
+    if masked.get("phase") in WAITING_PHASES:
+        masked["phase"] = WAITING_PHASES
+    masked["conditions"] = [{**c, "reason": "", "message": ""} if c.get("type") == "Running"
+                            else c for c in status.get("conditions") or []]
     return masked
 
 

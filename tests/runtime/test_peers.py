@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from multiworker.runtime.peers import poll_seconds
 from multiworker.runtime.reach import (
     DROPPED_AFTER,
     Endpoint,
@@ -148,3 +149,14 @@ def waiting_since(progress: dict[str, Any]) -> float:
     """From the oldest state change to the drop (both the worker's unix times)."""
     since = {p["state"]: p["since"] for p in progress["peers"]}
     return float(since["dropped"] - min(since.values()))
+
+
+@pytest.mark.parametrize(("workers", "seconds"), [
+    (1, 0.05), (3, 0.05), (6, 0.05), (16, 0.125), (64, 0.5), (1024, 0.5)])
+def test_small_groups_probe_often_and_large_ones_keep_worker_0_near_128_probes_a_second(
+    workers: int, seconds: float
+) -> None:
+    """Each stage of the wait ends up to one interval late: 0.5 s cost a 3-worker restart
+    about a second. What worker 0's port answers stays near workers / interval."""
+    assert poll_seconds(workers) == pytest.approx(seconds)
+    assert (workers - 1) / poll_seconds(workers) <= max(128, 2 * workers)

@@ -14,7 +14,7 @@ What can be waited for safely, in Python, with logs and a deadline:
 3. on workers other than 0: worker 0's port accepts TCP, since registering needs it, and
    worker 0 opens it (in the constructor) right after the preflight.
 
-Each endpoint is probed every POLL_SECONDS and told apart by reach.py: unresolved, refused
+Each endpoint is probed every poll_seconds and told apart by reach.py: unresolved, refused
 (not listening yet: normal early on), dropped (no answer DROPPED_AFTER times: a firewall or
 NetworkPolicy, logged as a warning at once while the wait goes on). At the deadline the exit 3
 message names every endpoint still missing with its state. The rest (the others registering
@@ -46,7 +46,14 @@ from multiworker.runtime.reach import (
 
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.5
+# How often a waiting worker probes what it waits for: a group waits in stages (the chief for
+# every fingerprint, the others for its verdict, then for its port), and each stage ends up
+# to one interval after it could, which at 0.5 s was ~1 s of a 3-worker restart. So small
+# groups probe often; from 64 workers on every 0.5 s, which keeps what worker 0 answers
+# (every other worker probes its progress port) near 128 requests a second.
+POLL_SECONDS_PER_WORKER = 1 / 128
+MIN_POLL_SECONDS = 0.05
+MAX_POLL_SECONDS = 0.5
 LOG_EVERY_SECONDS = 10.0
 FAILED_LINGER_SECONDS = 10.0  # worker 0 keeps serving a failed verdict this long at most
 MAX_REPORTED = 16  # endpoints listed in GET /progress `peers`, the most telling first
@@ -145,7 +152,7 @@ def _wait(
     check: GroupCheck | None,
     config: RuntimeConfig,
 ) -> list[Endpoint]:
-    """Probes the endpoints not ready yet, in parallel, every POLL_SECONDS until all are
+    """Probes the endpoints not ready yet, in parallel, every poll_seconds until all are
     ready, the deadline passes, or the preflight failed; returns those still not ready."""
     next_log = time.monotonic() + LOG_EVERY_SECONDS
     with ThreadPoolExecutor(min(_PARALLEL_PROBES, max(1, len(endpoints)))) as pool:
@@ -171,7 +178,12 @@ def _wait(
                     if not endpoint.ready:
                         log.info("waiting for %s", endpoint.describe())
                 next_log += LOG_EVERY_SECONDS
-            time.sleep(max(0.0, POLL_SECONDS - (time.monotonic() - started)))
+            time.sleep(max(0.0, poll_seconds(config.num_workers)
+                           - (time.monotonic() - started)))
+
+
+def poll_seconds(workers: int) -> float:
+    return min(MAX_POLL_SECONDS, max(MIN_POLL_SECONDS, workers * POLL_SECONDS_PER_WORKER))
 
 
 def _prober(config: RuntimeConfig, check: GroupCheck | None) -> Probe:

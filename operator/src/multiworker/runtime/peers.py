@@ -48,9 +48,10 @@ log = logging.getLogger(__name__)
 
 # How often a waiting worker probes what it waits for: a group waits in stages (the chief for
 # every fingerprint, the others for its verdict, then for its port), and each stage ends up
-# to one interval after it could, which at 0.5 s was ~1 s of a 3-worker restart. So small
-# groups probe often; from 64 workers on every 0.5 s, which keeps what worker 0 answers
-# (every other worker probes its progress port) near 128 requests a second.
+# to one interval after it could: at 0.5 s, peers and strategy took 3.0 s of a 3-worker
+# restart (0.4 s at 0.05 s, bench_in_place.py). So small groups probe often; from 64 workers
+# on every 0.5 s, which keeps what worker 0 answers (every other worker probes its progress
+# port) near 128 requests a second.
 POLL_SECONDS_PER_WORKER = 1 / 128
 MIN_POLL_SECONDS = 0.05
 MAX_POLL_SECONDS = 0.5

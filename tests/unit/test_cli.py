@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+
 import pytest
-from multiworker.cli import options_of, own_identity, parse_args
+from multiworker.cli import GC_THRESHOLDS, options_of, own_identity, parse_args, tune_gc
 
 
 def test_namespaces_repeat() -> None:
@@ -50,3 +53,18 @@ def test_a_worker_network_policy_needs_the_operators_namespace() -> None:
     assert options_of(parse_args(["-A"]), {}).policy_operator_namespace is None
     with pytest.raises(SystemExit, match="--worker-network-policy needs --operator-namespace"):
         options_of(args, {})
+
+
+@pytest.fixture
+def gc_restored() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+
+
+def test_start_up_objects_are_frozen_out_of_cycle_collections(gc_restored: None) -> None:
+    tune_gc()
+    assert gc.get_threshold() == GC_THRESHOLDS
+    assert gc.get_freeze_count() > 10_000  # the modules, classes and functions loaded so far
+    assert len(gc.get_objects()) < gc.get_freeze_count()

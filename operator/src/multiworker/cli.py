@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import getpass
 import logging
 import os
@@ -22,6 +23,11 @@ from multiworker.reconcile.context import Options
 
 log = logging.getLogger(__name__)
 _DEFAULTS = ClientSettings()
+# The cycle collector's thresholds (generation 0, 1, 2); Python's are (700, 10, 10). The
+# operator allocates a few dicts per watch event and keeps thousands of pods cached, few of
+# them in cycles: with the defaults, a bench_scale.py run (8, 64, 256 workers) spent 0.16 s
+# of its 5.5 s of CPU in 280 collections, with these 0.003 s in one.
+GC_THRESHOLDS = (20_000, 20, 20)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -98,6 +104,16 @@ def own_identity(environ: Mapping[str, str]) -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}/{now}/{os.getpid()}"
 
 
+def tune_gc() -> None:
+    """Fewer cycle collections, none over what start-up made: the modules, classes and
+    functions (~70,000 objects) live as long as the process, so every full collection
+    walked them for nothing (operator CPU per pod at 256 workers: 2.31 -> 2.10 ms,
+    bench_scale.py)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     logs.configure(args.log_format, args.log_level)
@@ -121,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     log.info("starting: watching %s%s", scope,
              f"; leader election as {identity} (Lease {names.LEASE_NAME} in each namespace "
              "with jobs)" if identity else "")
+    tune_gc()
     kopf.run(
         registry=handlers.registry,
         settings=handlers.operator_settings(),

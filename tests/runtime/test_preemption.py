@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from tests.runtime.workers import Launcher, latest_checkpoint_step, step_of, wait_exits
+from tests.runtime.workers import (
+    Launcher,
+    free_port,
+    latest_checkpoint_step,
+    step_of,
+    wait_exits,
+)
 from tests.support import wait_for
 
 
@@ -82,5 +88,38 @@ def test_sigterm_of_a_trainer_superseded_in_place_exits_at_once(
     report(f"superseded worker 1: SIGTERM -> exit {code} in {seconds:.2f}s")
     assert code == 143, launcher.logs()
     assert "restarts in place as a newer generation" in workers[1].log()
+    assert "checkpointed step" not in workers[1].log()
+    workers[0].signal(signal.SIGKILL)
+
+
+@pytest.mark.timeout(180)
+def test_a_trainer_exits_on_its_own_once_its_pod_holds_a_newer_generation(
+    launcher: Launcher, tmp_path: Path, report: Any
+) -> None:
+    """No SIGTERM at all: the agent's word that the pod moved on (MWJ_POD_GENERATION_FILE) is
+    enough, so the old trainer is gone before the kubelet even restarts the pod's containers."""
+    moved, stays = tmp_path / "moved", tmp_path / "stays"
+    moved.write_text("0")
+    stays.write_text("0")
+    peers = [f"localhost:{free_port()}" for _ in range(2)]
+    ports = [free_port() for _ in range(2)]
+    args = ("--epochs", "2", "--steps-per-epoch", "400", "--step-sleep", "0.05")
+    workers = [
+        *launcher.start(2, only=(0,), peers=peers, progress_ports=ports, args=args,
+                        checkpoint_dir=tmp_path / "checkpoints",
+                        env={"MWJ_POD_GENERATION_FILE": str(stays)}),
+        *launcher.start(2, only=(1,), peers=peers, progress_ports=ports, args=args,
+                        checkpoint_dir=tmp_path / "checkpoints",
+                        env={"MWJ_POD_GENERATION_FILE": str(moved)}),
+    ]
+    wait_for(lambda: (step_of(workers[0]) or 0) >= 10, timeout=120, interval=0.2,
+             describe=launcher.logs)
+    moved.write_text("1")
+    written_at = time.monotonic()
+    code = workers[1].wait(timeout=30)
+    seconds = time.monotonic() - written_at
+    report(f"worker 1's pod moved to generation 1 -> exit {code} in {seconds:.2f}s, no signal")
+    assert code == 143, launcher.logs()
+    assert "restarts in place as a newer generation: exiting at once" in workers[1].log()
     assert "checkpointed step" not in workers[1].log()
     workers[0].signal(signal.SIGKILL)

@@ -11,6 +11,7 @@ import logging
 import math
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
@@ -20,19 +21,28 @@ from multiworker.runtime.exits import exit_now
 log = logging.getLogger(__name__)
 
 
+# How often a trainer looks whether its pod moved to a newer generation (a read of the agent's
+# small file on a memory-backed volume).
+SUPERSEDED_POLL_SECONDS = 0.1
+
+
 class StopSignal:
     """Set by the first SIGTERM; a second SIGTERM exits at once (the caller has lost patience),
     and so does the first when `superseded()` says an in-place restart of the group is what
-    stops this trainer (the group is broken: no step can be agreed on)."""
+    stops this trainer (the group is broken: no step can be agreed on). A superseded trainer
+    also exits without waiting for any signal, as soon as its pod's agent says so."""
 
     def __init__(self, superseded: Callable[[], bool] = lambda: False) -> None:
         self._requested = threading.Event()
         self._superseded = superseded
 
     def install(self) -> None:
-        """Takes over SIGTERM. Call after TF's runtime started: its coordination service
-        installs its own SIGTERM handler, which would otherwise swallow the signal."""
+        """Takes over SIGTERM and starts watching for a newer generation. Call after TF's
+        runtime started: its coordination service installs its own SIGTERM handler, which
+        would otherwise swallow the signal."""
         signal.signal(signal.SIGTERM, self._handle)
+        threading.Thread(target=self._exit_once_superseded, name="superseded",
+                         daemon=True).start()
 
     def request(self) -> None:
         self._requested.set()
@@ -50,6 +60,17 @@ class StopSignal:
             exit_now(ExitCode.PREEMPTED)
         log.warning("SIGTERM: will checkpoint and stop at the next step all workers agree on")
         self.request()
+
+    def _exit_once_superseded(self) -> None:
+        """Exit as soon as the pod holds a newer generation, from this thread: the agent
+        publishes it before it restarts the pod's containers, and the kubelet's SIGTERM comes
+        only after its next look at the containers (up to 1 s) and reaches a Python handler
+        only once the main thread runs Python again (not while a collective waits for a peer
+        that is gone)."""
+        while not self._superseded():
+            time.sleep(SUPERSEDED_POLL_SECONDS)
+        log.warning("the group restarts in place as a newer generation: exiting at once")
+        exit_now(ExitCode.PREEMPTED)
 
 
 CHECK_EVERY_SECONDS = 1.0

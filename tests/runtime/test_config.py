@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from multiworker.api.contract import (
@@ -227,3 +228,18 @@ def test_only_worker_tasks_are_supported() -> None:
     assert problems(env(TF_CONFIG=raw, MWJ_WORKER_INDEX="0")) == [
         "TF_CONFIG.cluster: only 'worker' tasks are supported, got ps"
     ]
+
+
+def test_the_in_place_agents_word_raises_a_stale_generation(tmp_path: Path) -> None:
+    """In place, the kubelet may create the trainer's container from a copy of the pod whose
+    label has not moved yet; the agent's file (the operator's word) has."""
+    generation = tmp_path / "pod-generation"
+    generation.write_text("3")
+    stale = load_config(env(MWJ_RESTART_COUNT="2", MWJ_POD_GENERATION_FILE=str(generation)))
+    assert stale.restart_count == 3
+    generation.write_text("1")  # older than the label: the label wins
+    assert load_config(env(MWJ_RESTART_COUNT="2",
+                           MWJ_POD_GENERATION_FILE=str(generation))).restart_count == 2
+    missing = str(tmp_path / "absent")
+    assert load_config(env(MWJ_RESTART_COUNT="2",
+                           MWJ_POD_GENERATION_FILE=missing)).restart_count == 2

@@ -57,6 +57,10 @@ class RuntimeConfig:
     job_name: str
     worker_index: int
     peers: tuple[str, ...]
+    # The group's generation: MWJ_RESTART_COUNT, or the in-place agent's word when higher. In
+    # place the kubelet resolves MWJ_RESTART_COUNT from the pod's label as its own copy of the
+    # pod has it, and a gate released by the operator's word can start the trainer before
+    # that copy shows the label moved (seen: a new generation's trainer started as the old).
     restart_count: int
     checkpoint_dir: str | None
     progress_port: int
@@ -117,7 +121,8 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
         node_name=environ.get(MWJ_NODE_NAME) or None,
         worker_index=task_index,
         peers=peers,
-        restart_count=_integer(environ, MWJ_RESTART_COUNT, 0, 0, None, problems) or 0,
+        restart_count=max(_integer(environ, MWJ_RESTART_COUNT, 0, 0, None, problems) or 0,
+                          _pod_generation(environ.get(MWJ_POD_GENERATION_FILE)) or 0),
         checkpoint_dir=environ.get(MWJ_CHECKPOINT_DIR) or None,
         progress_port=_port(environ, problems),
         peer_timeout_seconds=_seconds(
@@ -303,13 +308,20 @@ def _seconds(environ: Mapping[str, str], name: str, default: float, problems: li
     return value
 
 
+def _pod_generation(path: str | None) -> int | None:
+    """The pod's generation as its in-place agent knows it (MWJ_POD_GENERATION_FILE); None
+    when nothing says."""
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def superseded(config: RuntimeConfig) -> bool:
     """Whether this pod has moved to a newer generation than this trainer's (an in-place
     restart of its group is stopping it). False when nothing says so."""
-    if config.pod_generation_file is None:
-        return False
-    try:
-        with open(config.pod_generation_file) as f:
-            return int(f.read().strip()) > config.restart_count
-    except (OSError, ValueError):
-        return False
+    generation = _pod_generation(config.pod_generation_file)
+    return generation is not None and generation > config.restart_count

@@ -67,37 +67,14 @@ def test_sigterm_on_one_worker_checkpoints_the_group_and_restart_resumes(
 
 
 @pytest.mark.timeout(180)
-def test_sigterm_of_a_trainer_superseded_in_place_exits_at_once(
-    launcher: Launcher, tmp_path: Path, report: Any
+@pytest.mark.parametrize("sigterm", [True, False], ids=["sigterm", "no-signal"])
+def test_a_trainer_superseded_in_place_exits_at_once(
+    launcher: Launcher, tmp_path: Path, report: Any, sigterm: bool
 ) -> None:
-    """Its pod already holds a newer generation (an in-place restart, docs/contracts.md): the
-    group is broken, so the trainer stops without trying to agree on a checkpoint."""
-    generation_file = tmp_path / "generation"
-    generation_file.write_text("0")
-    env = {"MWJ_POD_GENERATION_FILE": str(generation_file)}
-    workers = launcher.start(2, checkpoint_dir=tmp_path / "checkpoints", env=env,
-                             args=("--epochs", "2", "--steps-per-epoch", "400",
-                                   "--step-sleep", "0.05"))
-    wait_for(lambda: (step_of(workers[0]) or 0) >= 10, timeout=120, interval=0.2,
-             describe=launcher.logs)
-    generation_file.write_text("1")
-    workers[1].signal(signal.SIGTERM)
-    sent_at = time.monotonic()
-    code = workers[1].wait(timeout=30)
-    seconds = time.monotonic() - sent_at
-    report(f"superseded worker 1: SIGTERM -> exit {code} in {seconds:.2f}s")
-    assert code == 143, launcher.logs()
-    assert "restarts in place as a newer generation" in workers[1].log()
-    assert "checkpointed step" not in workers[1].log()
-    workers[0].signal(signal.SIGKILL)
-
-
-@pytest.mark.timeout(180)
-def test_a_trainer_exits_on_its_own_once_its_pod_holds_a_newer_generation(
-    launcher: Launcher, tmp_path: Path, report: Any
-) -> None:
-    """No SIGTERM at all: the agent's word that the pod moved on (MWJ_POD_GENERATION_FILE) is
-    enough, so the old trainer is gone before the kubelet even restarts the pod's containers."""
+    """Its pod holds a newer generation (an in-place restart, docs/contracts.md): the group is
+    broken, so the trainer stops without trying to agree on a checkpoint — on the kubelet's
+    SIGTERM, and without any signal on the agent's word alone (MWJ_POD_GENERATION_FILE), so
+    the old trainer is gone before the kubelet even restarts the pod's containers."""
     moved, stays = tmp_path / "moved", tmp_path / "stays"
     moved.write_text("0")
     stays.write_text("0")
@@ -105,20 +82,21 @@ def test_a_trainer_exits_on_its_own_once_its_pod_holds_a_newer_generation(
     ports = [free_port() for _ in range(2)]
     args = ("--epochs", "2", "--steps-per-epoch", "400", "--step-sleep", "0.05")
     workers = [
-        *launcher.start(2, only=(0,), peers=peers, progress_ports=ports, args=args,
-                        checkpoint_dir=tmp_path / "checkpoints",
-                        env={"MWJ_POD_GENERATION_FILE": str(stays)}),
-        *launcher.start(2, only=(1,), peers=peers, progress_ports=ports, args=args,
-                        checkpoint_dir=tmp_path / "checkpoints",
-                        env={"MWJ_POD_GENERATION_FILE": str(moved)}),
+        launcher.start(2, only=(index,), peers=peers, progress_ports=ports, args=args,
+                       checkpoint_dir=tmp_path / "checkpoints",
+                       env={"MWJ_POD_GENERATION_FILE": str(generation)})[0]
+        for index, generation in enumerate((stays, moved))
     ]
     wait_for(lambda: (step_of(workers[0]) or 0) >= 10, timeout=120, interval=0.2,
              describe=launcher.logs)
     moved.write_text("1")
-    written_at = time.monotonic()
+    if sigterm:
+        workers[1].signal(signal.SIGTERM)
+    moved_at = time.monotonic()
     code = workers[1].wait(timeout=30)
-    seconds = time.monotonic() - written_at
-    report(f"worker 1's pod moved to generation 1 -> exit {code} in {seconds:.2f}s, no signal")
+    seconds = time.monotonic() - moved_at
+    report(f"worker 1's pod moved to generation 1 ({'SIGTERM' if sigterm else 'no signal'}) "
+           f"-> exit {code} in {seconds:.2f}s")
     assert code == 143, launcher.logs()
     assert "restarts in place as a newer generation: exiting at once" in workers[1].log()
     assert "checkpointed step" not in workers[1].log()

@@ -27,7 +27,8 @@ Python, TensorFlow and Keras imported), `peers` (until every peer resolves and t
 passed), `strategy` (the collective formed), `restore` (the checkpoint restored, the first
 steps traced and run, until `step`).
 
-Prints one row per kill, then the median and max of each path and their ratio.
+Prints one row per kill (with its start-up parts), then the median and max of each path and
+their ratio.
 """
 
 from __future__ import annotations
@@ -243,8 +244,10 @@ def main() -> None:
                                 spread=args.cluster == "kind")
                 kills.append(kill)
                 row = "  ".join(f"{p} {kill.times.get(p, float('nan')):6.2f}s" for p in PHASES)
-                print(f"{kill.mode:9} {row}  same pods: {kill.uids_kept}  nodes: {kill.nodes}",
-                      flush=True)
+                parts = " ".join(f"{p} {kill.times.get(p, float('nan')):.2f}"
+                                 for p in (*(p for p, _ in STARTUP), "restore"))
+                print(f"{kill.mode:9} {row}  same pods: {kill.uids_kept}  nodes: {kill.nodes}"
+                      f"  ({parts})", flush=True)
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         cluster.kubectl("delete", "pv", f"bench-{namespace}"[:63], "--wait=false", check=False)

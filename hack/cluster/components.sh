@@ -30,10 +30,14 @@ start_component() {
         --use-service-account-credentials --leader-elect=false --bind-address 127.0.0.1 \
         --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" ;;
     kube-scheduler)
+      # A scheduler at its default client limits (50 requests/s, burst 100) binds at most ~50
+      # pods/s: a 1,024-worker group then takes 20 s to place whatever the operator does.
+      # kwokctl raises them the same way for its scale clusters.
       start_always kube-scheduler kube-scheduler --kubeconfig "$state/scheduler.kubeconfig" \
         --authentication-kubeconfig "$state/scheduler.kubeconfig" \
         --authorization-kubeconfig "$state/scheduler.kubeconfig" \
-        --leader-elect=false --bind-address 127.0.0.1 ;;
+        --leader-elect=false --bind-address 127.0.0.1 \
+        --kube-api-qps 5000 --kube-api-burst 10000 ;;
     coredns)
       start coredns coredns -conf "$state/Corefile" ;;
     containerd)

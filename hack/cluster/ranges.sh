@@ -18,6 +18,7 @@
 guard_ranges() {
   local owner=$1 metric=$2 pair cidr; shift 2
   [ "$(id -u)" = 0 ] || { echo "[ranges] not root: no unreachable routes for $owner" >&2; return 0; }
+  command -v ip >/dev/null || { echo "[ranges] no ip command: no unreachable routes for $owner" >&2; return 0; }
   mkdir -p "$state"
   : > "$state/ranges-$owner.new"
   for pair in "$@"; do
@@ -30,7 +31,7 @@ guard_ranges() {
 
 unguard_ranges() { # every unreachable route with METRIC goes, whether or not the list survived
   local owner=$1 metric=$2 cidr
-  if [ "$(id -u)" = 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then
     for cidr in $( { ip -4 route show type unreachable; ip -6 route show type unreachable; } \
         | awk -v m="$metric" '{for (i = 1; i < NF; i++) if ($i == "metric" && $(i + 1) == m) print $2}'); do
       ip route del unreachable "$cidr" metric "$metric" 2>/dev/null || true

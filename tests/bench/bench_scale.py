@@ -3,7 +3,8 @@ the whole group after one worker pod is deleted, on kwok fake nodes (not part of
 
     .venv/bin/python tests/bench/bench_scale.py [--workers 8,64,256,1024] [--reps 3]
 
-Needs the local cluster (make cluster-up) and holds its lock (/tmp/mw-cluster.lock; --no-lock
+Needs the local cluster (make cluster-up, or the control plane alone: hack/cluster/up.sh
+--no-node) and holds its lock (/tmp/mw-cluster.lock; --no-lock
 when the caller holds it). It adds fake nodes (hack/cluster/fake-nodes.sh,
 --gpus each, enough for the largest size), applies the CRD from crds/, runs the real operator
 (.venv/bin/multiworker-operator) as a subprocess for a fresh namespace, and for each size and

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Packs what the scale benchmarks need on a machine with no Go, no registry and no network (a
 # lent device machine) into .kit/ (ignored; hack/device/run.sh unpacks it there):
-#   k8s.xz   kube-apiserver, kube-controller-manager, kube-scheduler and kubectl as one binary
-#            (hack/cluster/k8s-build/multicall: four separate ones do not fit a 64 MiB transfer)
-#   etcd.xz, kwok.xz, and with --tfjob training-operator.xz plus its TFJob CRD
+#   bin.tar.xz  k8s: kube-apiserver, kube-controller-manager, kube-scheduler and kubectl as one
+#               binary (hack/cluster/k8s-build/multicall: four separate ones do not fit a 64 MiB
+#               transfer), etcd, kwok, and with --tfjob training-operator (plus its TFJob CRD)
 #   wheels/  the operator's runtime dependencies (versions as in .venv) for CPython 3.12, and py-spy
 # Built once per version (cached in $MW_CACHE/kit); the operator's own code travels as source.
 #   kit.sh [--tfjob]
@@ -18,17 +18,6 @@ python=${PYTHON_VERSION:-3.12}
 mkdir -p "$kit/wheels" "$store"
 log() { printf '[kit] %s\n' "$*" >&2; }
 
-# pack NAME BINARY: $kit/NAME.xz from BINARY, compressed once per binary (keyed by its hash).
-pack() {
-  local name=$1 binary=$2 key
-  key=$(sha256sum < "$binary" | cut -c1-16)
-  if [ ! -f "$store/$name-$key.xz" ]; then
-    log "compressing $name ($(du -h "$binary" | cut -f1))"
-    xz -T0 -9 -c "$binary" > "$store/$name-$key.xz.part" && mv "$store/$name-$key.xz.part" "$store/$name-$key.xz"
-  fi
-  cp "$store/$name-$key.xz" "$kit/$name.xz"
-}
-
 multicall=$store/k8s-$K8S_VERSION
 if [ ! -x "$multicall" ]; then
   log "building the control plane as one binary (Kubernetes $K8S_VERSION)"
@@ -39,16 +28,30 @@ if [ ! -x "$multicall" ]; then
   (cd "$repo/hack/cluster/k8s-build" && CGO_ENABLED=0 GOFLAGS=-mod=mod \
     go build -trimpath -ldflags "$ldflags" -o "$multicall" ./multicall)
 fi
-pack k8s "$multicall"
 "$repo/hack/cluster/build-binaries.sh" kwok >/dev/null
-pack kwok "$cache/bin/kwok-$KWOK_VERSION"
-pack etcd "$(readlink -f "$(command -v etcd)")"
+stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
+ln -s "$multicall" "$stage/k8s"
+ln -s "$cache/bin/kwok-$KWOK_VERSION" "$stage/kwok"
+ln -s "$(readlink -f "$(command -v etcd)")" "$stage/etcd"
+rm -f "$kit/kubeflow.org_tfjobs.yaml" "$kit"/*.xz
 if [ "${1:-}" = --tfjob ]; then
-  pack training-operator "$("$repo/hack/bench/build-tfjob.sh")"
+  ln -s "$("$repo/hack/bench/build-tfjob.sh")" "$stage/training-operator"
   cp "$cache/training-operator-${TRAINING_OPERATOR_VERSION:-v1.8.1}/kubeflow.org_tfjobs.yaml" "$kit/"
-else
-  rm -f "$kit/training-operator.xz" "$kit/kubeflow.org_tfjobs.yaml"
 fi
+# One solid archive with a dictionary larger than the binaries: they share much of their Go code
+# (Kubernetes' libraries above all), which separate archives would each carry again (35 MB
+# against 43 MB for the control plane, kwok and etcd). Built once per set of binaries.
+names=$(cd "$stage" && ls)
+# shellcheck disable=SC2086  # one name per word
+key=$(cd "$stage" && cat $names | sha256sum | cut -c1-16)
+archive=$store/bin-$key.tar.xz
+if [ ! -f "$archive" ]; then
+  log "compressing" $names "(a few minutes)"
+  # shellcheck disable=SC2086
+  tar -C "$stage" -chf - $names | xz -T1 --x86 --lzma2=preset=9e,dict=512MiB > "$archive.part"
+  mv "$archive.part" "$archive"
+fi
+cp "$archive" "$kit/bin.tar.xz"
 
 # The runtime closure of the installed multiworker distribution, pinned to .venv's versions.
 reqs=$("$repo/.venv/bin/python" - "$python" <<'PY'

@@ -13,13 +13,10 @@ export MW_CACHE=${MW_CACHE:-/tmp/mw-cache}
 bin=$MW_CACHE/bin site=$MW_CACHE/site
 log() { printf '[device] %s\n' "$*" >&2; }
 cd "$repo"
-[ -f "$kit/k8s.xz" ] || { log "no .kit/ here: run hack/device/kit.sh and carry .kit"; exit 2; }
+[ -f "$kit/bin.tar.xz" ] || { log "no .kit/ here: run hack/device/kit.sh and carry .kit"; exit 2; }
 
 mkdir -p "$bin"
-for b in k8s etcd kwok training-operator; do
-  [ -f "$kit/$b.xz" ] || continue
-  xz -dc "$kit/$b.xz" > "$bin/$b.part" && chmod +x "$bin/$b.part" && mv "$bin/$b.part" "$bin/$b"
-done
+tar -xJf "$kit/bin.tar.xz" -C "$bin"
 for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do ln -sf k8s "$bin/$c"; done
 if [ -x "$bin/training-operator" ]; then  # where bench/contenders.py looks for them
   ln -sf training-operator "$bin/training-operator-${TRAINING_OPERATOR_VERSION:-v1.8.1}"

@@ -255,7 +255,7 @@ def by_thread(pid: int, before: dict[int, float], after: dict[int, float]) -> di
     for tid, seconds in after.items():
         name = names.get(tid, f"thread {tid}")
         name = re.sub(r"^informer /.*/", "informer ", name)  # informer /api/v1/.../pods
-        name = re.sub(r"^asyncio_\d+$", "passes (asyncio_N)", name)
+        name = re.sub(r"^(asyncio|uvloop)_\d+$", "passes (the loop's executor)", name)
         spent[name] = spent.get(name, 0.0) + seconds - before.get(tid, 0.0)
     return spent
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import kopf
+import uvloop
 
 from multiworker import handlers, logs
 from multiworker.api import names
@@ -142,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         registry=handlers.registry,
         settings=handlers.operator_settings(),
         memo=kopf.Memo(controller=controller),
+        loop=uvloop.new_event_loop(),  # transport.py says why
         clusterwide=True,
         standalone=True,
         liveness_endpoint=(

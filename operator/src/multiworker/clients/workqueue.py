@@ -38,7 +38,10 @@ class WorkQueue(Generic[K]):
     # Workers waiting in get(), each woken alone: a key wakes one worker, not all of them
     # (8 workers woken per add, each making a new wait task, for thousands of adds a second).
     _waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
-    _alarm: asyncio.TimerHandle | None = None  # at the earliest timer
+    # At the earliest timer, and when that is (uvloop's call_at answers a Handle without
+    # `when()` for a time already past).
+    _alarm: asyncio.Handle | None = None
+    _alarm_at: float = 0.0
 
     def add(self, key: K) -> None:
         """Queue `key` now (a no-op if it is queued; deferred while its pass runs)."""
@@ -63,7 +66,7 @@ class WorkQueue(Generic[K]):
             return
         self._due[key] = when
         heapq.heappush(self._timers, (when, next(self._seq), key))
-        if self._alarm is None or when < self._alarm.when():
+        if self._alarm is None or when < self._alarm_at:
             self._set_alarm(loop)
 
     def forget(self, key: K) -> None:
@@ -112,7 +115,10 @@ class WorkQueue(Generic[K]):
     def _set_alarm(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._alarm is not None:
             self._alarm.cancel()
-        self._alarm = loop.call_at(self._timers[0][0], self._ring) if self._timers else None
+        self._alarm = None
+        if self._timers:
+            self._alarm_at = self._timers[0][0]
+            self._alarm = loop.call_at(self._alarm_at, self._ring)
 
     def _ring(self) -> None:
         loop = asyncio.get_running_loop()

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The scale benchmarks, sized for one device call each (10 minutes at most; 15 minutes of device
-# time a session), run through hack/device/run.sh; each writes its table to OUTDIR too.
+# The scale benchmarks, one device call each (10 minutes at most; 15 minutes of device time a
+# session), run through hack/device/run.sh; each writes its table to OUTDIR too. Until the local
+# controller-manager's client was raised (components.sh), its garbage collector deleted a
+# finished job's pods at 20/s: fleet did not end within a call and a 1,024-worker repetition
+# took minutes. On 2 cores fleet (multiworker alone) now takes 9 minutes end to end.
 #   hack/device/bench.sh scale OUTDIR   bench_scale.py at 8, 64, 256 and 1,024 workers, 3 reps
-#                                       (~3 min on 16 cores)
 #   hack/device/bench.sh side OUTDIR    bench_side_by_side.py start, fail and delete, multiworker
 #                                       and TFJob alternating (a kit built with --tfjob)
 #   hack/device/bench.sh fleet OUTDIR   1,000 x 8: both operators, shortened steady windows

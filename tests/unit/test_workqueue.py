@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import uvloop
-
 from multiworker.clients.workqueue import WorkQueue, jittered
 
 

@@ -1,5 +1,6 @@
-"""A group of an older generation never writes a checkpoint once a newer one claimed the
-directory (fence.json): it stops at its next save, or before training, with exit 5."""
+"""A group of an older generation never writes a checkpoint, nor its final model, once a newer
+one claimed the directory (fence.json): it stops at its next save, or before training, with
+exit 5."""
 
 from __future__ import annotations
 
@@ -9,8 +10,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import keras
 import pytest
+from multiworker.runtime.checkpoint import save_model
+from multiworker.runtime.config import load_config
+from multiworker.runtime.context import WorkerContext
+from multiworker.runtime.errors import Superseded
 from multiworker.runtime.fence import FENCE_FILE, Fence, claim
+from multiworker.runtime.preemption import StopSignal
+from multiworker.runtime.progress import ProgressBoard
 
 from tests.runtime.workers import Launcher, latest_checkpoint_step, wait_exits
 from tests.support import wait_for
@@ -84,3 +92,27 @@ def test_a_group_of_an_older_generation_exits_5_before_training(
         assert "epoch 1/" not in log
     assert sorted(p.name for p in checkpoints.iterdir()) == [FENCE_FILE]  # no marker either
     assert (checkpoints / FENCE_FILE).read_text() == before
+
+
+@pytest.mark.parametrize(("claimed", "saved"), [(0, True), (1, False)])
+def test_the_final_model_is_fenced_like_a_checkpoint(
+    tmp_path: Path, claimed: int, saved: bool
+) -> None:
+    """A replaced group that still finishes training must not overwrite the model its
+    successor saves: save_model reads the fence first (here one worker, in this process)."""
+    checkpoints = tmp_path / "checkpoints"
+    claim(str(checkpoints), Fence(claimed, "uid-1", "runtime-test-worker-0", time.time()))
+    config = load_config({"MWJ_JOB_UID": "uid-1", "MWJ_CHECKPOINT_DIR": str(checkpoints),
+                          "MWJ_RESTART_COUNT": "0", "MWJ_PROGRESS_PORT": "0"})
+    context = WorkerContext(config=config, progress=ProgressBoard(0, 0), stop=StopSignal())
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    target = tmp_path / "model" / "final.keras"
+
+    if saved:
+        save_model(context, model, str(target))
+    else:
+        with pytest.raises(Superseded, match=r"generation 1 of this job claimed .*; this "
+                           r"trainer is generation 0 and stops at step 0 without saving"):
+            save_model(context, model, str(target))
+    assert target.exists() == saved

@@ -101,8 +101,13 @@ def step_of(model: keras.Model) -> int:
 
 
 def save_model(context: WorkerContext, model: keras.Model, path: str) -> None:
-    """Saves the trained model; call on every worker: the chief writes `path`, others a temp dir."""
+    """Saves the trained model; call on every worker: the chief writes `path`, others a temp dir.
+    Fenced like a checkpoint: a replaced group that still finishes (a pod its node never heard
+    was deleted) raises Superseded instead of overwriting what its successor saves there."""
     config = context.config
+    if config.checkpoint_dir is not None:
+        newer = fence.check(config.checkpoint_dir, fence.own_fence(config), reclaim=False)
+        stop_if_superseded(model.distribute_strategy, config, newer, step_of(model))
     if config.is_chief:
         parent = os.path.dirname(path)
         if parent:

@@ -26,7 +26,6 @@ import datetime
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.bench.harness import REPO, free_port
+
 EXAMPLE = REPO / "examples" / "training" / "digits.py"
 PARTS = (("import", "serving progress on"), ("peers", "preflight passed"),
          ("strategy", "strategy ready"))
@@ -64,22 +65,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 class Group:
     """One generation of `workers` processes of the example."""
 
     def __init__(self, workdir: Path, workers: int, generation: int, warm: bool) -> None:
         self.workdir, self.workers, self.generation = workdir, workers, generation
-        tf_ports, self.progress_ports = free_ports(workers), free_ports(workers)
+        tf_ports = [free_port() for _ in range(workers)]
+        self.progress_ports = [free_port() for _ in range(workers)]
         self.go = workdir / f"go-{generation}"
         self.logs = [workdir / f"gen{generation}-worker{i}.log" for i in range(workers)]
         cluster = {"worker": [f"127.0.0.1:{p}" for p in tf_ports]}

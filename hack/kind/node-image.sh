@@ -12,7 +12,15 @@
 #     asks for.
 # The key hashes every input, so a second run with nothing changed only checks that the engine
 # holds the image (seconds). Needs root, a Docker engine (docker.sh up), Go and the Go proxy.
+#   node-image.sh [--prepare]   --prepare: build the binaries and the root filesystem only (no
+#                               engine needed), so CI can pay for them while another tier runs.
 set -euo pipefail
+prepare=0
+case ${1:-} in
+  "") ;;
+  --prepare) prepare=1 ;;
+  *) echo "usage: node-image.sh [--prepare]" >&2; exit 2 ;;
+esac
 # shellcheck source=hack/kind/lib.sh
 source "$(dirname "$0")/lib.sh"
 use_engine
@@ -76,6 +84,7 @@ coredns_ref=$(image_for coredns/coredns); coredns_ref=${coredns_ref%:*}:$COREDNS
 build_etcd "v${etcd_tag%-*}"
 build_crictl
 rootfs=$("$here/node-rootfs.sh")
+[ "$prepare" = 0 ] || { log "node image: binaries and root filesystem ready"; exit 0; }
 
 kind_mod=$(go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)
 kind_files=$kind_mod/images/base/files
@@ -83,7 +92,7 @@ kind_files=$kind_mod/images/base/files
 binaries=("$kubeadm" "$bin/kubelet-$K8S_VERSION" "$bin/kubectl-$K8S_VERSION"
   "$bin/kube-apiserver-$K8S_VERSION" "$bin/kube-controller-manager-$K8S_VERSION"
   "$bin/kube-scheduler-$K8S_VERSION" "$bin/kube-proxy-$K8S_VERSION"
-  "$bin/etcd-v${etcd_tag%-*}" "$bin/coredns-$COREDNS_VERSION" "$bin/crictl-$crictl_version")
+  "$bin/etcd-v${etcd_tag%-*}" "$bin/coredns" "$bin/crictl-$crictl_version")
 # Binaries are named by version and built once: name, size and time identify them.
 key=$(hash_text "$(cat "$kind_work/node-rootfs.key")" "$KIND_VERSION" "$arch" "${wanted[@]}" \
   "$coredns_ref" "$(stat -L -c '%n %s %Y' "${binaries[@]}")" \
@@ -184,7 +193,7 @@ for c in kube-apiserver kube-controller-manager kube-scheduler; do
   static_image "$c" "$(image_for "$c")" "$bin/$c-$K8S_VERSION"
 done
 static_image etcd "$etcd_ref" "$bin/etcd-v${etcd_tag%-*}"
-static_image coredns "$coredns_ref" "$bin/coredns-$COREDNS_VERSION" --entrypoint '["/usr/local/bin/coredns"]'
+static_image coredns "$coredns_ref" "$bin/coredns" --entrypoint '["/usr/local/bin/coredns"]'
 command -v gcc >/dev/null 2>&1 || die "gcc is missing (Debian packages gcc libc6-dev)"
 gcc -static -Os -s -o "$work/pause" "$repo/images/pause/pause.c"
 mkdir -p "$work/layers/pause"; install -m 0755 "$work/pause" "$work/layers/pause/pause"

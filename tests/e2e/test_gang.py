@@ -230,7 +230,7 @@ def test_preempted_gang_restarts_whole_as_a_disruption_and_resumes(
     jobs: Jobs, checkpoint_claim: str, priority_classes: tuple[str, str], gpu_node: str
 ) -> None:
     low, high = priority_classes
-    victim = tf_job("victim", workers=3, env={"TRAIN_EPOCHS": "20", "TRAIN_STEP_SLEEP": "0.2"},
+    victim = tf_job("victim", workers=3, env={"TRAIN_STEP_SLEEP": "0.2"},
                     gang={"enabled": True, "scheduleTimeoutSeconds": 5},
                     health={"startupTimeoutSeconds": 900})
     pin_to(victim, gpu_node)

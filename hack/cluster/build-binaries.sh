@@ -30,13 +30,19 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 go_install() { # name module@version version
-  local name=$1 mod=$2 ver=$3
+  local name=$1 mod=$2 ver=$3 lock
   [ -x "$bin/$name-$ver" ] && return 0
+  # One build of a binary at a time: CI builds some ahead in the background (.ci/run), and a
+  # test fixture that needs one meanwhile waits for that build instead of starting its own.
+  exec {lock}>"$bin/.$name.lock"
+  flock "$lock"
+  [ -x "$bin/$name-$ver" ] && { exec {lock}>&-; return 0; }
   echo "building $name $ver"
   local gb; gb=$(mktemp -d)
   GOBIN=$gb go install -trimpath -ldflags "-s -w" "$mod@$ver" 2>&1 | grep -v "^go: downloading" || true
   [ -n "$(ls "$gb")" ] || { echo "build of $name failed" >&2; exit 1; }
   mv "$gb/$(ls "$gb")" "$bin/$name-$ver"; rmdir "$gb"
+  exec {lock}>&-
 }
 # CoreDNS with only the plugins the clusters' Corefiles use (coredns-build/main.go: a third less
 # to compile cold than the full build); the key covers that package, so editing it rebuilds.

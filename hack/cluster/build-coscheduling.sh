@@ -20,7 +20,10 @@ pinned=$(cd "$src" && go list -m -f '{{.Version}}' sigs.k8s.io/scheduler-plugins
 # The key covers our own main packages too, so editing them rebuilds.
 key=$SCHEDULER_PLUGINS_VERSION-$(cd "$src" && cat go.mod go.sum ./*/main.go | sha256sum | cut -c1-8)
 
-if [ ! -x "$bin/coscheduler-$key" ] || [ ! -x "$bin/podgroup-controller-$key" ]; then
+built() { [ -x "$bin/coscheduler-$key" ] && [ -x "$bin/podgroup-controller-$key" ]; }
+# One build at a time (CI builds ahead in the background; gang.sh then waits for it here).
+if ! built; then exec 8>"$bin/.coscheduling.lock"; flock 8; fi
+if ! built; then
   echo "building coscheduler and podgroup-controller (scheduler-plugins $SCHEDULER_PLUGINS_VERSION;" \
     "cold build takes several minutes on 2 cores)"
   t0=$SECONDS

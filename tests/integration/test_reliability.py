@@ -11,7 +11,7 @@ import pytest
 
 from tests.cluster import Cluster
 from tests.integration.fake_nodes import FakeNode
-from tests.integration.jobs import Jobs, condition, generation_of, job
+from tests.integration.jobs import Jobs, Obj, condition, generation_of, job
 from tests.support import wait_for
 
 pytestmark = pytest.mark.usefixtures("images", "operator")
@@ -204,7 +204,10 @@ def test_a_node_whose_lease_goes_silent_restarts_the_group_long_before_notready(
 ) -> None:
     """The node's kubelet renews its Lease every 5 s here (10 s in a real kubelet). A 5 s gap
     restarts nothing; a Lease silent for nodeLostSeconds restarts the group as a disruption
-    while the node object still says Ready (NotReady would come 50 s after the last one)."""
+    while the node object still says Ready (NotReady would come 50 s after the last one).
+    The new group is made away from the silent node; this one fits nowhere else, so the
+    scheduler refuses it until the node renews its Lease again: the group is then placed again
+    (its pods' affinity cannot change), without spending a restart or a disruption."""
     jobs.apply(on_node(job("silent", SLEEP, workers=2, health={"nodeLostSeconds": 10}),
                        fake_node))
     wait_for(lambda: len([p for p in jobs.pods("silent") if p["spec"].get("nodeName")]) == 2,
@@ -233,3 +236,19 @@ def test_a_node_whose_lease_goes_silent_restarts_the_group_long_before_notready(
     ready = jobs.cluster.kubectl("get", "node", fake_node.name, "-o",
                                  "jsonpath={.status.conditions[?(@.type=='Ready')].status}")
     assert ready.stdout.strip() == "True"  # the node controller has not noticed yet
+
+    def refused(pod: Obj) -> bool:
+        return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                   for c in pod.get("status", {}).get("conditions", []))
+
+    wait_for(lambda: [p for p in jobs.pods("silent") if generation_of(p) == 1 and refused(p)],
+             60, describe="generation 1 refused by the scheduler: it avoids the one node it fits")
+    fake_node.alive.set()
+    status = jobs.wait("silent", "the group placed again", lambda s: s if s.get(
+        "groupGeneration") == 2 else None, timeout=45)
+    assert (status["disruptions"], status.get("restarts", 0)) == (1, 0)
+    assert ("Normal", "AvoidedNodeBack") in [e[:2] for e in jobs.events("silent")], \
+        jobs.describe("silent")
+    wait_for(lambda: len([p for p in jobs.pods("silent")
+                          if generation_of(p) == 2 and p["spec"].get("nodeName")]) == 2,
+             60, describe="generation 2 bound to the node that came back")

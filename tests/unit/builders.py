@@ -91,6 +91,12 @@ class PodBuilder:
         }]
         return self
 
+    def avoiding(self, *nodes: str) -> PodBuilder:
+        """Created away from `nodes` (their Lease was silent then)."""
+        annotations = self.pod["metadata"].setdefault("annotations", {})
+        annotations[names.ANNOTATION_AVOIDED_NODES] = ",".join(nodes)
+        return self
+
     def waiting(self, reason: str, message: str = "") -> PodBuilder:
         self.pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
         return self._trainer({"waiting": {"reason": reason, "message": message}})

@@ -98,6 +98,12 @@ def test_pending_message_names_the_scheduler_reason() -> None:
     message = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
     worker = observe(PodBuilder(0).created(7).unschedulable(message).build()).workers[0]
     assert worker.message == message and worker.since == at(7)
+    assert worker.avoided_nodes == ()
+    avoiding = observe(PodBuilder(0).avoiding("n1", "n2").unschedulable(message).build())
+    assert avoiding.workers[0].avoided_nodes == ("n1", "n2")
+    # Only a refusal makes it matter: a pod the scheduler has not looked at yet, or bound.
+    assert observe(PodBuilder(0).avoiding("n1").build()).workers[0].avoided_nodes == ()
+    assert observe(PodBuilder(0).avoiding("n1").running().build()).workers[0].avoided_nodes == ()
 
 
 def test_sidecar_does_not_hide_the_trainers_exit() -> None:

@@ -4,7 +4,12 @@ from typing import Any
 
 import pytest
 from multiworker.api.status import FailureRecord, JobStatus
-from multiworker.decide.nodes import combined, heartbeat_trouble, node_trouble
+from multiworker.decide.nodes import (
+    NodeTrouble,
+    combined,
+    heartbeat_trouble,
+    node_trouble,
+)
 from multiworker.decide.observe import ObservedGroup, observe_group
 from multiworker.decide.policy import (
     NO_ACTION,
@@ -14,6 +19,7 @@ from multiworker.decide.policy import (
     failure_action,
     lost_node_deadline,
     refused_start_action,
+    replacement_action,
     startup_deadline,
     success_action,
 )
@@ -540,3 +546,35 @@ def test_a_worker_bound_to_a_node_whose_lease_is_already_silent_is_lost_with_it(
     action = failure_action(spec, JobStatus(), pods, group_started=True, now=at(60),
                             troubles={"b": trouble})
     assert action.kind is ActionKind.RESTART_GROUP_UNCOUNTED, action
+
+
+AFFINITY = "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+SILENT_A = {"node-a": NodeTrouble("node-a", "HeartbeatStale", at(0), "Lease silent")}
+
+
+@pytest.mark.parametrize(("pods", "troubles", "kind"), [
+    # Refused away from node-a, whose Lease is renewed again: placed again.
+    ([PodBuilder(0).avoiding("node-a").unschedulable(AFFINITY), *running(1, 2)], {},
+     ActionKind.REPLACE_GROUP),
+    # node-a still silent: look again in a few seconds.
+    ([PodBuilder(0).avoiding("node-a").unschedulable(AFFINITY), *running(1, 2)], SILENT_A,
+     ActionKind.WAIT),
+    # One of two avoided nodes back is enough.
+    ([PodBuilder(0).avoiding("node-a", "node-b").unschedulable(AFFINITY), *running(1, 2)],
+     SILENT_A, ActionKind.REPLACE_GROUP),
+    # Not refused yet (the scheduler has not looked), or bound: nothing to do.
+    ([PodBuilder(0).avoiding("node-a"), *running(1, 2)], {}, ActionKind.NONE),
+    ([PodBuilder(0).avoiding("node-a").running(), *running(1, 2)], {}, ActionKind.NONE),
+    # Refused, but created to avoid nothing: the startup timeout's case, not this one.
+    ([PodBuilder(0).unschedulable(AFFINITY), *running(1, 2)], {}, ActionKind.NONE),
+])
+def test_a_group_refused_away_from_a_node_that_is_back_is_placed_again(
+    pods: list[PodBuilder], troubles: dict[str, NodeTrouble], kind: ActionKind,
+) -> None:
+    action = replacement_action(group(*pods), troubles)
+    assert action.kind is kind
+    if kind is ActionKind.REPLACE_GROUP:
+        assert action.reason == "AvoidedNodeBack" and action.culprit is None
+        assert action.message.startswith("worker-0 cannot be scheduled away from node-a")
+    if kind is ActionKind.WAIT:
+        assert 0 < action.delay_seconds <= 5

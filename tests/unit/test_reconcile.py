@@ -738,3 +738,39 @@ def test_pods_on_a_lost_node_are_force_deleted_at_once_only_where_the_fence_guar
                                     for n in PODS)
         step(cluster, seconds=61)  # grace and 30 s more
         assert len([r for _, r, _ in cluster.events if r == "StalePodForceDeleted"]) == 3
+
+
+def test_a_group_placed_away_from_a_silent_node_is_placed_again_once_the_node_is_back() -> None:
+    """The group restarted for node-1's silent Lease is created away from node-1; a group
+    that fits only there is refused by the scheduler. Its pods' affinity cannot change: once
+    node-1 renews its Lease the group is made again, spending neither a restart nor a
+    disruption, instead of waiting out startupTimeoutSeconds and failing."""
+    cluster = started(health={"nodeLostSeconds": 20})
+    cluster.silences["node-1"] = 21.0
+    step(cluster, seconds=6)
+    assert (cluster.status["groupGeneration"], cluster.status["disruptions"]) == (1, 1)
+    step(cluster)  # deletes generation 0
+    cluster.finish_deletions()
+    step(cluster)  # creates generation 1 away from node-1
+    assert {p["metadata"]["annotations"].get(names.ANNOTATION_AVOIDED_NODES)
+            for p in cluster.pods.values()} == {"node-1"}
+    for i in range(3):
+        cluster.unschedulable(i, "0/1 nodes are available: 1 node(s) didn't match Pod's node "
+                                 "affinity/selector.")
+    outcome = step(cluster)
+    assert cluster.status["groupGeneration"] == 1  # node-1 still silent: looks again soon
+    assert outcome.requeue is not None and outcome.requeue <= 5, outcome
+    cluster.silences["node-1"] = 2.0
+    step(cluster)
+    status = cluster.status
+    assert (status["groupGeneration"], status["disruptions"], status.get("restarts", 0)) == \
+        (2, 1, 0)
+    assert status["lastFailure"]["reason"] == "NodeLost"  # what actually went wrong
+    assert cluster.events[-1][:2] == ("Normal", "AvoidedNodeBack"), cluster.events
+    assert "worker-0 cannot be scheduled away from node-1" in cluster.events[-1][2]
+    step(cluster)
+    cluster.finish_deletions()
+    step(cluster)
+    assert cluster.generations() == dict.fromkeys(PODS, "2")
+    assert all(names.ANNOTATION_AVOIDED_NODES not in p["metadata"].get("annotations", {})
+               for p in cluster.pods.values())

@@ -241,3 +241,7 @@ def test_a_group_avoids_nodes_whose_lease_went_silent_in_every_required_term() -
     plain = render_worker_pod(job, 0, 1, owner_reference(job))  # nothing silent: as written
     assert plain["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == zones
+    # The pod says what it avoids: a pass places the group again once one of them is back.
+    assert pod["metadata"]["annotations"][names.ANNOTATION_AVOIDED_NODES] == "n1"
+    assert bare["metadata"]["annotations"][names.ANNOTATION_AVOIDED_NODES] == "n1,n2"
+    assert names.ANNOTATION_AVOIDED_NODES not in plain["metadata"]["annotations"]

@@ -75,6 +75,7 @@ class Reason(StrEnum):
     PEERS_CONNECTED = "PeersConnected"
     IN_PLACE_ABANDONED = "InPlaceRestartAbandoned"
     IN_PLACE_RELEASED = "InPlaceRestartReleased"
+    AVOIDED_NODE_BACK = "AvoidedNodeBack"
 
 
 # Setting the key condition to True switches these off (when present and True).

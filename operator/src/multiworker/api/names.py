@@ -34,6 +34,9 @@ ANNOTATION_RESTARTED_AT = f"{GROUP}/restarted-at"  # when it moved to its genera
 # The trainer's exit as the operator first saw it (JSON: generation, exitCode, reason, message,
 # finishedAt): the kubelet's restart of all containers replaces it with its own record soon.
 ANNOTATION_TRAINER_EXIT = f"{GROUP}/trainer-exit"
+# The nodes a pod was created to avoid (comma-separated): their Lease was silent then. A pod the
+# scheduler refuses while one of them is back is placed anew (policy.replacement_action).
+ANNOTATION_AVOIDED_NODES = f"{GROUP}/avoided-nodes"
 AGENT_CONTAINER = "mwj-agent"
 GATE_CONTAINER = "mwj-gate"
 AGENT_POD_INFO_VOLUME = "mwj-pod-info"

@@ -94,6 +94,8 @@ class WorkerState:
     digest: str = ""
     trainer_restarts: int = 0
     exit_recorded: bool = False  # its failure of this generation is in its annotations
+    # Refused by the scheduler: the nodes it was created to avoid (their Lease was silent).
+    avoided_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -401,13 +403,17 @@ def _recorded_exit(pod: Pod) -> Mapping[str, Any] | None:
 def _starting(
     index: int, pod: str, meta: Mapping[str, Any], status: Mapping[str, Any]
 ) -> WorkerState:
-    since = max(filter(None, (_time(meta.get("creationTimestamp")), _time(
-        (meta.get("annotations") or {}).get(names.ANNOTATION_RESTARTED_AT)))), default=None)
+    annotations = meta.get("annotations") or {}
+    since = max(filter(None, (_time(meta.get("creationTimestamp")),
+                              _time(annotations.get(names.ANNOTATION_RESTARTED_AT)))),
+                default=None)
     scheduled = _condition(status, "PodScheduled")
     if scheduled is not None and scheduled.get("status") == "False":
+        avoided = annotations.get(names.ANNOTATION_AVOIDED_NODES) or ""
         return WorkerState(index, WorkerPhase.PENDING, pod, since=since,
                            reason=scheduled.get("reason") or "Unschedulable",
-                           message=scheduled.get("message") or "")
+                           message=scheduled.get("message") or "",
+                           avoided_nodes=tuple(n for n in avoided.split(",") if n))
     if not status.get("hostIP") and scheduled is None:
         return WorkerState(index, WorkerPhase.PENDING, pod, since=since, reason="Pending")
     waiting = _waiting_reasons(status)

@@ -33,6 +33,9 @@ NODE_PROOF_WINDOW = timedelta(seconds=STALE_HEARTBEAT_SECONDS + 1)
 # broken collective can take — its trainer would sit in a collective until SIGKILL. Seconds
 # are left for sidecars to flush.
 BROKEN_GROUP_GRACE_SECONDS = 3
+# How often a group the scheduler refuses looks again at the nodes it was created to avoid: a
+# renewed Lease wakes no job that has no pod on that node.
+AVOIDED_NODE_RECHECK_SECONDS = 5.0
 # Waiting reasons that no amount of waiting fixes.
 FAIL_AT_ONCE_WAITING_REASONS = frozenset({"InvalidImageName"})
 _MAX_DOUBLINGS = 32
@@ -44,6 +47,7 @@ class ActionKind(StrEnum):
     WAIT = "Wait"  # look again in `delay_seconds` before deciding
     RESTART_GROUP = "RestartGroup"  # spends a restart of spec.restartPolicy.maxRestarts
     RESTART_GROUP_UNCOUNTED = "RestartGroupWithoutCounting"  # a disruption
+    REPLACE_GROUP = "ReplaceGroup"  # a group that never ran, made again: spends nothing
     FAIL_JOB = "FailJob"
     SUCCEED = "Succeed"
 
@@ -415,6 +419,26 @@ def startup_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup) -> datetime
     if timeout is None or not starts:
         return None
     return min(starts) + timedelta(seconds=timeout)
+
+
+def replacement_action(group: ObservedGroup, troubles: Mapping[str, NodeTrouble]) -> Action:
+    """Place the group again when the scheduler refuses a worker created away from nodes
+    whose Lease was silent (creation.ensure_workers) and one of them is back (not in
+    `troubles`, what ails those nodes now). A pod's node affinity cannot change: a group that
+    fits only with the returned node would otherwise wait until startupTimeoutSeconds and
+    fail. None of it ran, so neither a restart nor a disruption is spent."""
+    refused = [w for w in group.with_phase(WorkerPhase.PENDING) if w.avoided_nodes]
+    for worker in refused:
+        back = [node for node in worker.avoided_nodes if node not in troubles]
+        if back:
+            return Action(
+                ActionKind.REPLACE_GROUP, Reason.AVOIDED_NODE_BACK,
+                f"worker-{worker.index} cannot be scheduled away from "
+                f"{', '.join(worker.avoided_nodes)} (Lease silent when the group was "
+                f"created) and {', '.join(back)} renewed it since: placing the group again")
+    if refused:
+        return Action(ActionKind.WAIT, delay_seconds=AVOIDED_NODE_RECHECK_SECONDS)
+    return NO_ACTION
 
 
 def _chief_succeeded(group: ObservedGroup) -> Action:

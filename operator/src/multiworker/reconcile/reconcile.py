@@ -47,6 +47,7 @@ from multiworker.decide.policy import (
     lost_nodes,
     node_lost,
     node_lost_at,
+    replacement_action,
     startup_deadline,
     success_action,
 )
@@ -312,6 +313,17 @@ def failure_policy(p: Pass) -> Flow:
     return Flow.DONE if action.kind is not ActionKind.WAIT else Flow.CONTINUE
 
 
+def placement_policy(p: Pass) -> Flow:
+    """A group the scheduler refuses while a node it was created to avoid is back is placed
+    again (policy.replacement_action); until then the pass looks again every few seconds."""
+    avoided = {node for w in p.group.workers for node in w.avoided_nodes}
+    if not avoided:
+        return Flow.CONTINUE
+    action = replacement_action(p.group, _troubles(p.cluster, avoided, p.now))
+    apply(p, action)
+    return Flow.DONE if action.kind is ActionKind.REPLACE_GROUP else Flow.CONTINUE
+
+
 def hang_policy(p: Pass) -> Flow:
     """Restart the group (spending a restart) when no worker advanced for
     spec.health.progressTimeoutSeconds (hang.py); the worker that stopped first is blamed."""
@@ -342,6 +354,7 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
     record_progress,
     success_policy,
     failure_policy,
+    placement_policy,
     hang_policy,
     ensure_workers,  # creation.py
     compute_status,

@@ -204,8 +204,8 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
                       avoid_nodes: Sequence[str] = (), agent: bool = False) -> Manifest:
     """Worker `index` of group `generation`, built from spec.template; `image` replaces the
     training container's (a pinned digest), `gpu_product` selects nodes of one GPU model,
-    `avoid_nodes` are never chosen (added to every required node-affinity term), `agent`
-    adds the in-place restart agent (runtime/agent.py)."""
+    `avoid_nodes` are never chosen (added to every required node-affinity term, and named in
+    an annotation), `agent` adds the in-place restart agent (runtime/agent.py)."""
     template = job.spec.template.as_dict()
     metadata = template.get("metadata") or {}
     pod_spec = copy.deepcopy(template["spec"])
@@ -230,6 +230,8 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
     annotations = {**metadata.get("annotations", {}),
                    names.ANNOTATION_TRAINER: trainer_name,
                    names.ANNOTATION_PROGRESS_PORT: str(job.spec.health.progress_port)}
+    if avoid_nodes:
+        annotations[names.ANNOTATION_AVOIDED_NODES] = ",".join(avoid_nodes)
     if agent:
         _add_agent(job, pod_spec, trainer)
         annotations |= {names.ANNOTATION_RELEASED: str(generation),

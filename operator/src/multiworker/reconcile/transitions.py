@@ -44,21 +44,23 @@ def restart_group(p: Pass, action: Action) -> None:
     """Move the job to the next generation: the current pods become stale (deleted by the
     next pass) and the new group starts after the backoff."""
     s, counted = p.status, action.kind is ActionKind.RESTART_GROUP
+    replacing = action.kind is ActionKind.REPLACE_GROUP  # nothing failed: nothing to count
     if action.culprit is not None:
         s.last_failure = failure_record(p, action)
     s.group_generation += 1
     s.group_start_time = None
     if counted:
         s.restarts += 1
-    else:
+    elif not replacing:
         s.disruptions += 1
     s.restart_after = p.now + timedelta(seconds=action.delay_seconds) \
         if action.delay_seconds else None
-    s.recovering_since = s.recovering_since or p.now
+    if not replacing:
+        s.recovering_since = s.recovering_since or p.now
     if action.pin_image is not None:
         s.pinned_image = action.pin_image
     forget_group(s)
-    why_not = _why_not_in_place(p)
+    why_not = "the pods' node affinity must change" if replacing else _why_not_in_place(p)
     s.restart_path = RECREATE if why_not else IN_PLACE
     s.in_place_since = None if why_not else p.now
     if why_not is None:

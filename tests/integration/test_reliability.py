@@ -237,6 +237,11 @@ def test_a_node_whose_lease_goes_silent_restarts_the_group_long_before_notready(
                                  "jsonpath={.status.conditions[?(@.type=='Ready')].status}")
     assert ready.stdout.strip() == "True"  # the node controller has not noticed yet
 
+    # Generation 1 is made once generation 0 is gone. The operator force-deletes pods of a
+    # silent node 30 s past their grace period (the test above); here an administrator does.
+    jobs.kubectl("delete", "pods", "-l", "multiworker.dev/group-generation=0", "--force",
+                 "--grace-period=0")
+
     def refused(pod: Obj) -> bool:
         return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
                    for c in pod.get("status", {}).get("conditions", []))

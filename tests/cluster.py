@@ -8,10 +8,13 @@ Only cluster creation and image loading differ between them; every test is share
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,8 +130,29 @@ def run_script(*args: str, env: dict[str, str] | None = None) -> None:
     subprocess.run([str(REPO / args[0]), *args[1:]], check=True, cwd=REPO, env=env)
 
 
+@contextmanager
+def one_setup_at_a_time(kind: str) -> Iterator[None]:
+    """Bring a cluster up, or load images into it, one test session at a time: `make test` runs
+    pytest-xdist workers, each with its own session fixtures, and the scripts behind them are
+    idempotent but not safe to run twice at once (up.sh tears down a cluster it finds half up).
+    The first worker does the work; the others then find it done in seconds."""
+    path = REPO / ".cluster" / f"test-setup-{kind}.lock"
+    path.parent.mkdir(exist_ok=True)
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def provision(kind: str) -> Cluster:
     """Return a reachable cluster of the requested kind, creating it when needed."""
+    with one_setup_at_a_time(kind):
+        return _provision(kind)
+
+
+def _provision(kind: str) -> Cluster:
     if kind == "local":
         run_script("hack/cluster/up.sh")  # idempotent: seconds when already up
         return Cluster.for_kind("local", REPO / ".cluster" / "kubeconfig",
@@ -150,8 +174,10 @@ def load_images(cluster: Cluster, names: list[str]) -> None:
     """Build (cached by content) and load the project's images into the cluster."""
     if cluster.kind == "existing":
         return  # the user's cluster pulls from wherever its images were pushed
-    run_script("hack/images/build.sh", *names)
-    if cluster.kind == "kind":
-        run_script("hack/images/load.sh", "--kind", KIND_CLUSTER_NAME, *names, env=cluster.env)
-    else:
-        run_script("hack/images/load.sh", *names)
+    with one_setup_at_a_time(cluster.kind):
+        run_script("hack/images/build.sh", *names)
+        if cluster.kind == "kind":
+            run_script("hack/images/load.sh", "--kind", KIND_CLUSTER_NAME, *names,
+                       env=cluster.env)
+        else:
+            run_script("hack/images/load.sh", *names)

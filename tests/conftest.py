@@ -15,9 +15,48 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import REPO, Cluster, load_images, provision
+from tests.cluster import REPO, Cluster, load_images, one_setup_at_a_time, provision
 
 LOG_DIR = REPO / "test-logs"
+TEST_NAMESPACE_PREFIX = "t-"  # every namespace the `namespace` fixture makes
+
+
+# Fixtures whose nodes are Ready but run nothing: other tests' pods would land there and wait
+# forever, and GPU products on them redirect every operator's placement.
+FAKE_NODE_FIXTURES = {"fake_node", "fake_nodes"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "alone(reason): runs with no other test on the cluster; `make test` runs "
+        "these after the parallel ones, one at a time (tests.support.alone)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if FAKE_NODE_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.alone(
+                "its fake nodes are Ready but run nothing: other tests' pods would wait there"))
+        if "launcher" in fixtures:
+            # TensorFlow groups on loopback (runtime tier) bound how long an abort takes on two
+            # busy cores: one group at a time, in one pytest-xdist worker.
+            item.add_marker(pytest.mark.xdist_group("tf-loopback"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Figures tests measured (`record_property("figure: ...", value)`), after the results.
+    Here, not in a tier's conftest: pytest-xdist's controller loads only this one."""
+    figures = [(report.nodeid.rsplit("::", 1)[-1], key, value)
+               for reports in terminalreporter.stats.values() for report in reports
+               if getattr(report, "when", "") == "call"
+               for key, value in getattr(report, "user_properties", [])
+               if key.startswith("figure: ")]
+    if figures:
+        terminalreporter.section("measured")
+        for test, key, value in figures:
+            terminalreporter.write_line(f"{key.removeprefix('figure: ')}: {value}  ({test})")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -31,14 +70,44 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """The cluster under test, with any installed operator (say, the release `make run`
-    installed) scaled to zero for the session and scaled back afterwards: its leader
-    election would otherwise take the tests' namespaces from the tests' own operators."""
+    installed) scaled to zero while test sessions run and scaled back after the last one: its
+    leader election would otherwise take the tests' namespaces from the tests' own operators."""
     found = provision(os.environ.get("CLUSTER", "local"))
-    paused = pause_installed_operators(found)
+    with one_setup_at_a_time(found.kind):
+        join_sessions(found)
     yield found
-    for namespace, name, replicas in paused:
-        found.kubectl("-n", namespace, "scale", "deployment", name, f"--replicas={replicas}",
-                      check=False)
+    with one_setup_at_a_time(found.kind):
+        leave_sessions(found)
+
+
+def sessions_file(cluster: Cluster) -> Path:
+    return REPO / ".cluster" / f"test-sessions-{cluster.kind}.json"
+
+
+def join_sessions(cluster: Cluster) -> None:
+    """Count this test session in (pytest-xdist runs one per worker); the first pauses the
+    installed operators and notes them for the last. Sessions whose process is gone (a run
+    killed mid-way) no longer count."""
+    path = sessions_file(cluster)
+    state = json.loads(path.read_text()) if path.exists() else {"pids": [], "paused": []}
+    state["pids"] = [pid for pid in state["pids"] if Path(f"/proc/{pid}").exists()]
+    if not state["pids"]:
+        state["paused"] += pause_installed_operators(cluster)
+    state["pids"].append(os.getpid())
+    path.write_text(json.dumps(state))
+
+
+def leave_sessions(cluster: Cluster) -> None:
+    path = sessions_file(cluster)
+    state = json.loads(path.read_text()) if path.exists() else {"pids": [], "paused": []}
+    state["pids"] = [pid for pid in state["pids"]
+                     if pid != os.getpid() and Path(f"/proc/{pid}").exists()]
+    if not state["pids"]:
+        for namespace, name, replicas in state["paused"]:
+            cluster.kubectl("-n", namespace, "scale", "deployment", name,
+                            f"--replicas={replicas}", check=False)
+        state["paused"] = []
+    path.write_text(json.dumps(state))
 
 
 def pause_installed_operators(cluster: Cluster) -> list[tuple[str, str, int]]:
@@ -50,6 +119,8 @@ def pause_installed_operators(cluster: Cluster) -> list[tuple[str, str, int]]:
     paused = []
     for item in json.loads(proc.stdout).get("items", []):
         meta, replicas = item["metadata"], item["spec"].get("replicas", 1)
+        if meta["namespace"].startswith(TEST_NAMESPACE_PREFIX):
+            continue  # a release of a test still running in another worker
         if replicas:
             print(f"pausing {meta['namespace']}/{meta['name']} for the test session "
                   "(scaled back afterwards)")
@@ -90,7 +161,7 @@ def worker_image(cluster: Cluster) -> str:
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace per test; on failure its objects, events and pod logs go to test-logs/."""
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"t-{slug}-{uuid.uuid4().hex[:5]}"
+    name = f"{TEST_NAMESPACE_PREFIX}{slug}-{uuid.uuid4().hex[:5]}"
     cluster.kubectl("create", "namespace", name)
     yield name
     failed = any(

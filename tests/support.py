@@ -1,4 +1,5 @@
-"""Test helpers shared by every tier: polling with a deadline instead of fixed sleeps."""
+"""Test helpers shared by every tier: polling with a deadline instead of fixed sleeps, and how
+a test says what it shares with the others (`make test` runs them in pytest-xdist workers)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,19 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import pytest
+
 T = TypeVar("T")
+
+# The local node's four GPUs are one pool, and some tests wait for all of them to be free:
+# the tests that take GPUs run one after another, in one pytest-xdist worker.
+USES_NODE_GPUS = pytest.mark.xdist_group("node-gpus")
+
+
+def alone(reason: str) -> pytest.MarkDecorator:
+    """Run with no other test on the cluster (`make test` runs these after the parallel ones,
+    one at a time); the reason says what the test would do to the others, or they to it."""
+    return pytest.mark.alone(reason)
 
 
 def wait_for(

@@ -23,9 +23,10 @@ from tests.chaos.recorder import Recorder
 from tests.chaos.workers import fail_worker, real_job, running_generation
 from tests.integration.conftest import OperatorProcess
 from tests.integration.jobs import Jobs
-from tests.support import wait_for
+from tests.support import alone, wait_for
 
-pytestmark = [pytest.mark.usefixtures("images"), pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.usefixtures("images"), pytest.mark.timeout(900),
+              alone("it kills the API server and freezes etcd")]
 
 WORKERS = 3
 ETCD_PAUSE_SECONDS = 20.0

@@ -21,9 +21,10 @@ from tests.chaos.workers import fail_worker, real_job, running_generation
 from tests.cluster import Cluster
 from tests.integration.conftest import OperatorProcess
 from tests.integration.jobs import Jobs
-from tests.support import wait_for
+from tests.support import alone, wait_for
 
-pytestmark = [pytest.mark.usefixtures("images"), pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.usefixtures("images"), pytest.mark.timeout(900),
+              alone("no other operator may run (chaos/conftest.py `alone`), and it times a takeover")]
 
 WORKERS = 3
 LEASE = "multiworker-operator"

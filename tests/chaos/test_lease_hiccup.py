@@ -18,9 +18,10 @@ from tests.chaos.test_progress_abuse import TIMEOUT_SECONDS, serving
 from tests.chaos.workers import stop_and_await_hang
 from tests.integration.conftest import OperatorProcess
 from tests.integration.jobs import Jobs
-from tests.support import wait_for
+from tests.support import alone, wait_for
 
-pytestmark = [pytest.mark.usefixtures("images"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.usefixtures("images"), pytest.mark.timeout(600),
+              alone("it freezes etcd")]
 
 WORKERS = 3
 FREEZE_SECONDS = 13.0  # past the leader's deadline (leader.DEADLINE_SECONDS, 10 s)

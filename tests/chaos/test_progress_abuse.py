@@ -19,9 +19,10 @@ from tests.chaos.progress_servers import ABUSIVE, HONEST
 from tests.chaos.workers import real_job, running_generation, stop_and_await_hang
 from tests.integration.conftest import OperatorProcess
 from tests.integration.jobs import Jobs, condition
-from tests.support import wait_for
+from tests.support import alone, wait_for
 
-pytestmark = [pytest.mark.usefixtures("images"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.usefixtures("images"), pytest.mark.timeout(600),
+              alone("no other operator may run (chaos/conftest.py `alone`), and it times hang detection")]
 
 SERVE = 'python3 -c "$SERVER" & echo $! > /tmp/server.pid; wait'
 ABUSERS, HONEST_WORKERS = 4, 3

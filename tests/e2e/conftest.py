@@ -3,7 +3,8 @@
 Tests marked `multinode` need two schedulable worker nodes: they are deselected on the
 single-node local cluster (CLUSTER=local), run on kind (whose cluster has two workers, so
 fewer is a failure there) and are skipped on an existing cluster that has fewer.
-Figures a test measures (`record_property("figure: ...", value)`) are printed at the end.
+Figures a test measures (`record_property("figure: ...", value)`) are printed at the end
+(tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -56,15 +57,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     note = terminalreporter.config.stash.get(DESELECTED, "")
     if note:
         terminalreporter.write_line(note)
-    figures = [(report.nodeid.rsplit("::", 1)[-1], key, value)
-               for reports in terminalreporter.stats.values() for report in reports
-               if getattr(report, "when", "") == "call"
-               for key, value in getattr(report, "user_properties", [])
-               if key.startswith("figure: ")]
-    if figures:
-        terminalreporter.section("measured")
-        for test, key, value in figures:
-            terminalreporter.write_line(f"{key.removeprefix('figure: ')}: {value}  ({test})")
 
 
 @pytest.fixture

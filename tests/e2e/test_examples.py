@@ -16,7 +16,7 @@ import yaml
 from tests.cluster import REPO, Cluster
 from tests.integration.jobs import Jobs, env_of
 from tests.integration.test_helm import Release
-from tests.support import wait_for
+from tests.support import USES_NODE_GPUS, alone, wait_for
 
 EXAMPLES = REPO / "examples"
 APPLIED_HERE = {"checkpoint-pvc.yaml", "cpu-job.yaml", "gpu-job.yaml"}
@@ -57,6 +57,7 @@ def held_out_accuracy(jobs: Jobs, pod: str) -> float:
 
 
 @pytest.mark.usefixtures("worker_image", "chart_crds")
+@alone("its workers and the chart's operators request 1.7 of the node's 2 CPUs")
 def test_cpu_example_learns_the_digits_through_the_helm_installed_operator(
     release: Release, jobs: Jobs, example_claim: str, tmp_path: Path
 ) -> None:
@@ -87,6 +88,7 @@ def test_cpu_example_learns_the_digits_through_the_helm_installed_operator(
 
 
 @pytest.mark.usefixtures("worker_image", "operator")
+@USES_NODE_GPUS
 def test_gpu_example_requests_a_gpu_per_worker_and_learns(
     jobs: Jobs, checkpoint_claim: str
 ) -> None:

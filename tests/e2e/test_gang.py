@@ -21,11 +21,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.cluster import BIN, REPO, Cluster, run_script
+from tests.cluster import BIN, REPO, Cluster, one_setup_at_a_time, run_script
 from tests.e2e.test_recovery import tf_job, wait_checkpointed
 from tests.integration.conftest import OperatorProcess, free_port
 from tests.integration.jobs import Jobs, condition, job
-from tests.support import wait_for
+from tests.support import USES_NODE_GPUS, wait_for
+
+# Every test here takes the node's GPUs or waits for all of them (free_gpus).
+pytestmark = USES_NODE_GPUS
 
 GPU = "nvidia.com/gpu"
 NODE_GPUS = 4
@@ -49,9 +52,11 @@ def gang_scheduler(cluster: Cluster) -> str:
     """The coscheduling scheduler and the PodGroup CRD: started on the local cluster, required
     (not installed) on any other."""
     if cluster.kind == "local":
-        run_script("hack/cluster/up.sh", "--gang")
+        with one_setup_at_a_time(cluster.kind):
+            run_script("hack/cluster/up.sh", "--gang")
     elif cluster.kind == "kind":
-        run_script("hack/cluster/gang.sh", "--kind", env=cluster.env)
+        with one_setup_at_a_time(cluster.kind):
+            run_script("hack/cluster/gang.sh", "--kind", env=cluster.env)
     elif cluster.kubectl("get", "crd", PG_CRD, check=False).returncode != 0:
         pytest.skip(f"needs the scheduler-plugins coscheduling scheduler ({SCHEDULER}) and its "
                     f"PodGroup CRD; only the local and kind clusters install them themselves")

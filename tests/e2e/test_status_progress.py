@@ -15,8 +15,10 @@ import pytest
 
 from tests.e2e.test_recovery import tf_job
 from tests.integration.jobs import Jobs
+from tests.support import alone
 
-pytestmark = pytest.mark.usefixtures("worker_image", "operator")
+pytestmark = [pytest.mark.usefixtures("worker_image", "operator"),
+              alone("it bounds how far the status trails the chief, in seconds")]
 
 LAG_BOUND = 25.0
 TRAINING_SECONDS = 60

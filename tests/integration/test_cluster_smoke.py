@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from tests.cluster import Cluster
-from tests.support import wait_for
+from tests.support import USES_NODE_GPUS, wait_for
 
 BASE = "multiworker.local/base:bookworm"
 
@@ -194,6 +194,7 @@ def gpu_pod(name: str, gpus: int) -> dict[str, object]:
     return p
 
 
+@USES_NODE_GPUS
 def test_gpu_requests_are_scheduled_against_advertised_capacity(
     cluster: Cluster, namespace: str
 ) -> None:

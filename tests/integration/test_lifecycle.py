@@ -15,13 +15,14 @@ from tests.integration.jobs import (
     generation_of,
     job,
 )
-from tests.support import wait_for
+from tests.support import USES_NODE_GPUS, wait_for
 
 pytestmark = pytest.mark.usefixtures("images", "operator")
 
 SLEEP = "exec sleep 3600"
 
 
+@USES_NODE_GPUS
 def test_create_makes_headless_service_and_workers(jobs: Jobs) -> None:
     ns = jobs.namespace
     manifest = job("train", SLEEP, workers=3, port=2345)
@@ -164,6 +165,7 @@ def test_delete_removes_everything_the_job_owns(jobs: Jobs) -> None:
              60, describe="the job's Service to be collected")
 
 
+@USES_NODE_GPUS
 def test_unschedulable_worker_fails_after_the_startup_timeout(jobs: Jobs) -> None:
     manifest = job("train", SLEEP, workers=2, health={"startupTimeoutSeconds": 3})
     container = manifest["spec"]["template"]["spec"]["containers"][0]

@@ -17,9 +17,11 @@ import pytest
 from tests.cluster import Cluster
 from tests.integration.fake_nodes import FakeNode
 from tests.integration.jobs import BASE, Jobs, condition, generation_of, job
-from tests.support import wait_for
+from tests.support import alone, wait_for
 
-pytestmark = pytest.mark.usefixtures("images", "operator")
+pytestmark = [pytest.mark.usefixtures("images", "operator"),
+              alone("its fake GPU nodes are Ready but run nothing, and their GPU products "
+                    "redirect every operator's placement")]
 
 SLEEP = "exec sleep 3600"
 PRODUCT = "nvidia.com/gpu.product"

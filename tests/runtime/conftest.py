@@ -25,11 +25,11 @@ def launcher(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Launche
 
 
 @pytest.fixture
-def report(capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
-    """Prints measurements to the terminal even when output is captured."""
+def report(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Measurements, listed after the results with every tier's figures (tests/conftest.py):
+    printed from a pytest-xdist worker, they would be lost."""
 
     def emit(message: str) -> None:
-        with capsys.disabled():
-            print(f"\n[runtime] {message}", flush=True)
+        request.node.user_properties.append(("figure: runtime", message))
 
     yield emit

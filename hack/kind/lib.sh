@@ -10,7 +10,7 @@ bin=$cache/bin
 export PATH="$bin:$PATH"
 
 cluster_name=multiworker
-# The cluster's pod and service ranges (kind's defaults, written into its config) and the tag of
+# The cluster's pod range (kind's default) and service range, written into its config, and the tag of
 # its unreachable routes on this host (hack/cluster/ranges.sh).
 pod_subnet=10.244.0.0/16      # the node image's mw-cni unit gives node n 10.244.n.0/24
 service_subnet=10.97.0.0/16   # its own: the local cluster has 10.96.0.0/16, and both may be up at once

@@ -17,6 +17,8 @@ import pytest
 from multiworker.clients.agents import AgentNote, note_body, note_url
 from multiworker.reconcile.render import agent_script
 
+from tests.support import wait_for
+
 
 def start(tmp_path: Path, mode: str, port: int = 0) -> subprocess.Popen[bytes]:
     script = tmp_path / "agent.py"
@@ -35,6 +37,14 @@ def write(tmp_path: Path, **files: int) -> None:
         (folder / name).write_text(str(value))
 
 
+def first_poll_done(tmp_path: Path, proc: subprocess.Popen[bytes]) -> None:
+    """Wait until a fresh sidecar has read where it starts from (its first poll publishes the
+    pod's generation): a write before that would be its starting point, not news to it — on
+    a busy machine the interpreter alone can take longer than the test's next step."""
+    wait_for(lambda: (tmp_path / "state" / "pod-generation").exists() or proc.poll() is not None,
+             30, interval=0.02, describe="the sidecar's first poll")
+
+
 def still_running(proc: subprocess.Popen[bytes], seconds: float = 0.3) -> bool:
     time.sleep(seconds)
     return proc.poll() is None
@@ -51,6 +61,7 @@ def test_the_sidecar_restarts_the_pod_once_a_trainer_of_an_older_generation_may_
 ) -> None:
     write(tmp_path, generation=0, released=0)
     watch = start(tmp_path, "watch")
+    first_poll_done(tmp_path, watch)
     try:
         assert still_running(watch)
         write(tmp_path, opened=0)  # the gate let generation 0's trainer start
@@ -66,6 +77,7 @@ def test_the_sidecar_leaves_a_pod_whose_gate_holds_alone(tmp_path: Path) -> None
     generation: nothing to stop."""
     write(tmp_path, generation=0, released=0, opened=0)
     watch = start(tmp_path, "watch")
+    first_poll_done(tmp_path, watch)
     try:
         write(tmp_path, generation=1)
         assert still_running(watch)

@@ -23,7 +23,7 @@ from multiworker.reconcile.render import owner_reference, pod_digest, render_wor
 
 from tests.unit.builders import make_job, make_spec
 from tests.unit.fake_cluster import FakeCluster
-from tests.unit.test_reconcile import PODS, make, step
+from tests.unit.test_reconcile import GPU_TEMPLATE, PODS, gpu_node, make, step
 
 Manifest = dict[str, Any]
 KUBELET = "v1.36.3"
@@ -354,7 +354,14 @@ def _node(name: str, features: bool = True, **spec: Any) -> Manifest:
             "spec": spec, "status": {"declaredFeatures": [RESTART_FEATURE] if features else []}}
 
 
+def _gpu_node(name: str, gpus: int, features: bool = True) -> Manifest:
+    node = _node(name, features)
+    node["status"]["allocatable"] = {"nvidia.com/gpu": str(gpus)}
+    return node
+
+
 TAINT = {"key": "fake", "value": "x", "effect": "NoSchedule"}
+GPU_POD = {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
 
 
 @pytest.mark.parametrize(("pod_spec", "nodes", "why"), [
@@ -369,6 +376,11 @@ TAINT = {"key": "fake", "value": "x", "effect": "NoSchedule"}
     ({"tolerations": [{"key": "fake", "value": "y"}]},
      [_node("n1"), _node("n2", features=False, taints=[TAINT])], None),
     ({}, [_node("n1"), _node("n2", features=False, unschedulable=True)], None),
+    # A pod that asks for GPUs lands only where there are enough: CPU nodes do not count.
+    (GPU_POD, [_gpu_node("n1", 4), _node("n2", features=False)], None),
+    (GPU_POD, [_gpu_node("n1", 4), _gpu_node("n2", 1, features=False)], None),
+    (GPU_POD, [_gpu_node("n1", 4), _gpu_node("n2", 2, features=False)], "nodes n2 do not declare"),
+    (GPU_POD, [_node("n1"), _node("n2")], "no schedulable node"),
 ])
 def test_pods_get_the_agent_where_every_node_they_may_land_on_declares_the_feature(
         pod_spec: Manifest, nodes: list[Manifest], why: str | None) -> None:
@@ -384,6 +396,20 @@ def test_a_group_on_nodes_without_the_feature_is_created_without_the_agent() -> 
     assert all("initContainers" not in p["spec"] for p in cluster.pods.values())
     cluster = on_kubelet(make(restartPolicy=IN_PLACE))
     step(cluster)
+    assert all(p["spec"]["initContainers"][0]["name"] == "mwj-agent"
+               for p in cluster.pods.values())
+
+
+def test_a_gpu_group_gets_the_agent_when_only_nodes_it_cannot_use_lack_the_feature() -> None:
+    """Asked about the pod as rendered: its GPU product's nodeSelector and its GPU request
+    keep a CPU node, or another product's, without the feature from taking the agent away."""
+    cluster = make(template=GPU_TEMPLATE, restartPolicy=IN_PLACE)
+    cluster.nodes = {"a": gpu_node("a", "A100", 4), "b": gpu_node("b", "T4", 1),
+                     "cpu": {"metadata": {"name": "cpu"}, "spec": {},
+                             "status": {"conditions": [{"type": "Ready", "status": "True"}]}}}
+    cluster.nodes["a"]["status"]["declaredFeatures"] = [RESTART_FEATURE]
+    step(cluster)
+    assert cluster.status["gpuProduct"] == "A100"
     assert all(p["spec"]["initContainers"][0]["name"] == "mwj-agent"
                for p in cluster.pods.values())
 

@@ -14,8 +14,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from multiworker.api.spec import MultiWorkerJobSpec, RestartMode
+from multiworker.decide.gpus import GPU_RESOURCE, GpuRequestError, gpus_per_worker
 from multiworker.decide.nodes import NodeTrouble
 from multiworker.decide.observe import WorkerPhase, WorkerState
+from multiworker.decide.quantity import parse_or_zero
 
 # The kubelet that restarts all of a pod's containers on a rule (RestartAllContainers, beta
 # and on by default since Kubernetes 1.36).
@@ -37,9 +39,14 @@ _TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 def agent_blocker(pod_spec: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]]) -> str | None:
     """Why the job's pods must not carry the in-place agent; None: they may. A pod with its
     restart rule can only be scheduled to nodes that declare RESTART_FEATURE, so it gets the
-    rule only when every node it could otherwise land on (its nodeSelector matches, its
-    tolerations cover the taints, not cordoned) declares it, and there is one."""
-    candidates = [n for n in nodes if _may_land(pod_spec, n)]
+    rule only when every node it could otherwise land on (its nodeSelector matches — the GPU
+    product's too, so ask about the pod as rendered —, its tolerations cover the taints, not
+    cordoned, it has the GPUs the pod asks for) declares it, and there is one."""
+    try:
+        gpus = gpus_per_worker({"spec": pod_spec})
+    except GpuRequestError:
+        gpus = 0  # the job fails on it before any pod is made (creation._place_group)
+    candidates = [n for n in nodes if _may_land(pod_spec, n) and _has_gpus(n, gpus)]
     if not candidates:
         return "no schedulable node for the pods is known"
     lacking = sorted(str((n.get("metadata") or {}).get("name", "")) for n in candidates
@@ -62,6 +69,11 @@ def _may_land(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     tolerations = pod_spec.get("tolerations") or []
     return all(any(_tolerates(t, taint) for t in tolerations)
                for taint in spec.get("taints") or [] if taint.get("effect") in _TAINT_EFFECTS)
+
+
+def _has_gpus(node: Mapping[str, Any], gpus: int) -> bool:
+    allocatable = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE) or 0
+    return gpus == 0 or parse_or_zero(allocatable) >= gpus
 
 
 def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:

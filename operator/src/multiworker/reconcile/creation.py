@@ -74,11 +74,12 @@ def ensure_workers(p: Pass) -> Flow:
     avoid = sorted(p.cluster.silent_nodes())
     if avoid:
         p.log.info("placing the group away from nodes with a silent Lease: %s", ", ".join(avoid))
-    agent = in_place(p.job) and _agent_allowed(p)
-    pods = [render_worker_pod(p.job, w.index, s.group_generation, owner,
-                              image=s.pinned_image, gpu_product=s.gpu_product,
-                              avoid_nodes=avoid, agent=agent)
-            for w in missing]
+    def render(index: int, agent: bool) -> Manifest:
+        return render_worker_pod(p.job, index, s.group_generation, owner, image=s.pinned_image,
+                                 gpu_product=s.gpu_product, avoid_nodes=avoid, agent=agent)
+
+    agent = in_place(p.job) and _agent_allowed(p, render(0, False))
+    pods = [render(w.index, agent) for w in missing]
     if gang:
         fields = gang_pod_fields(p.job, s.group_generation)
         pods = [with_gang_fields(pod, fields) for pod in pods]
@@ -100,10 +101,11 @@ def ensure_workers(p: Pass) -> Flow:
     return Flow.CONTINUE
 
 
-def _agent_allowed(p: Pass) -> bool:
-    """Whether the new pods may carry the in-place agent (decide/inplace.agent_blocker):
-    without it they restart by recreation, which the next restart's Event says."""
-    why = agent_blocker(p.job.spec.template.as_dict()["spec"], p.cluster.cached_nodes())
+def _agent_allowed(p: Pass, pod: Manifest) -> bool:
+    """Whether the new pods, rendered as `pod` (its GPU product's nodeSelector included), may
+    carry the in-place agent (decide/inplace.agent_blocker): without it they restart by
+    recreation, which the next restart's Event says."""
+    why = agent_blocker(pod["spec"], p.cluster.cached_nodes())
     if why is not None:
         p.log.info("worker pods without the in-place agent: %s", why)
     return why is None

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from multiworker.api import names
 from multiworker.api.job import Job
+from multiworker.reconcile import render
 from multiworker.reconcile.render import (
     owner_reference,
     pod_digest,
@@ -93,6 +94,30 @@ def test_a_pod_carries_the_same_bytes_whatever_the_group_size() -> None:
     assert config["metadata"]["name"].startswith("demo-tf-")
     assert config["metadata"]["ownerReferences"] == [owner_reference(job)]
     assert len(json.loads(config["data"]["workers"])) == 1024
+
+
+def test_an_operator_shipping_another_agent_gives_new_groups_a_new_config_map(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job's ConfigMap is created once and never rewritten: after an upgrade whose agent
+    differs, new groups must not mount the old script (#42: it ran for the job's lifetime)."""
+    job = make_job()
+    agent = {"restartPolicy": {"mode": "InPlace"}}
+
+    def references(job: Job) -> set[str]:
+        pod = render_worker_pod(job, 0, 0, owner_reference(job), agent=True)
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        volumes = [v["configMap"]["name"] for v in pod["spec"]["volumes"] if "configMap" in v]
+        return {env["MWJ_WORKER_ADDRESSES"]["valueFrom"]["configMapKeyRef"]["name"], *volumes,
+                render_cluster_config(job, owner_reference(job))["metadata"]["name"]}
+
+    before = references(make_job(**agent))
+    assert len(before) == 1  # the env, the agent's volume and the ConfigMap agree
+    monkeypatch.setattr(render, "agent_script", lambda: "print('another agent')\n")
+    after = references(make_job(**agent))
+    assert len(after) == 1 and after != before
+    assert render_cluster_config(job, owner_reference(job))["data"]["agent.py"] == \
+        "print('another agent')\n"
 
 
 def test_worker_env_follows_the_contract() -> None:

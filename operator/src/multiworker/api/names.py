@@ -87,19 +87,17 @@ def worker_address(job: str, namespace: str, index: int, port: int) -> str:
     return f"{worker_hostname(job, namespace, index)}:{port}"
 
 
-def cluster_config_name(job: str, job_uid: str, workers: int, port: int) -> str:
-    """The job's ConfigMap holding every worker's address (TF_CONFIG's cluster). Its name
-    tells what it holds (a digest of the job's uid, worker count and port), so an existing one
-    is the right one and the operator never needs to read or rewrite a ConfigMap."""
-    digest = hashlib.sha256(f"{job_uid}/{workers}/{port}/{CLUSTER_CONFIG_VERSION}".encode()
-                            ).hexdigest()[:10]
+def cluster_config_name(job: str, job_uid: str, workers: int, port: int, shipped: str) -> str:
+    """The job's ConfigMap holding every worker's address (TF_CONFIG's cluster) and what the
+    operator ships to the pods (`shipped`: a digest of it, e.g. the agent's script). Its name
+    tells what it holds, so an existing one is the right one and the operator never needs to
+    read or rewrite a ConfigMap; an operator that ships something else (an upgrade) gives new
+    groups a new one."""
+    digest = hashlib.sha256(f"{job_uid}/{workers}/{port}/{shipped}".encode()).hexdigest()[:10]
     return f"{job}-tf-{digest}"
 
 
 CLUSTER_CONFIG_KEY = "workers"
-# Raised whenever what the ConfigMap holds changes (agent.py came with 2): a job's ConfigMap
-# is never rewritten, so a new operator gives new groups a new one.
-CLUSTER_CONFIG_VERSION = 2
 
 
 def config_map_path(namespace: str, name: str | None = None) -> str:

@@ -39,6 +39,13 @@ def agent_script() -> str:
     return (resources.files("multiworker") / "runtime" / "agent.py").read_text()
 
 
+def cluster_config_name(job: Job) -> str:
+    """The job's ConfigMap (render_cluster_config), named by what it holds: the agent's
+    script is part of it, so an operator with another agent never reuses an older one."""
+    shipped = hashlib.sha256(agent_script().encode()).hexdigest()
+    return names.cluster_config_name(job.name, job.uid, job.spec.workers, job.spec.port, shipped)
+
+
 def in_place(job: Job) -> bool:
     """Whether the job asks for in-place restarts (its pods then get the agent where every
     node they may land on can restart them: creation.py)."""
@@ -95,7 +102,7 @@ def render_cluster_config(job: Job, owner: Manifest) -> Manifest:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": names.cluster_config_name(job.name, job.uid, spec.workers, spec.port),
+            "name": cluster_config_name(job),
             "namespace": job.namespace,
             "labels": names.job_selector(job.name),
             "ownerReferences": [owner],
@@ -112,7 +119,7 @@ def worker_env(job: Job, index: int, generation: int, agent: bool = False) -> li
     and expands before the process starts: the trainer sees the whole TF_CONFIG."""
     spec = job.spec
     addresses = {"name": contract.MWJ_WORKER_ADDRESSES, "valueFrom": {"configMapKeyRef": {
-        "name": names.cluster_config_name(job.name, job.uid, spec.workers, spec.port),
+        "name": cluster_config_name(job),
         "key": names.CLUSTER_CONFIG_KEY}}}
     values: dict[str, str] = {
         contract.TF_CONFIG: (f'{{"cluster":{{"worker":$({contract.MWJ_WORKER_ADDRESSES})}},'
@@ -298,7 +305,7 @@ def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> None:
         {"path": "released",
          "fieldRef": {"fieldPath": f"metadata.annotations['{names.ANNOTATION_RELEASED}']"}}]}}
     script_volume = {"name": names.AGENT_SCRIPT_VOLUME, "configMap": {
-        "name": names.cluster_config_name(job.name, job.uid, job.spec.workers, job.spec.port),
+        "name": cluster_config_name(job),
         "items": [{"key": names.AGENT_SCRIPT_KEY, "path": names.AGENT_SCRIPT_KEY}]}}
     state = {"name": names.AGENT_STATE_VOLUME, "emptyDir": {"medium": "Memory",
                                                             "sizeLimit": "1Mi"}}

@@ -5,12 +5,14 @@ Unit and runtime tests never touch these, so they run without any cluster.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "alone(reason): runs with no other test on the cluster; `make test` runs "
         "these after the parallel ones, one at a time (tests.support.alone)")
+    config.addinivalue_line(
+        "markers", "shares(resource): holds the resource's lock while it runs, so tests that "
+        "share it run one at a time whatever pytest-xdist worker runs them")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
@@ -41,8 +46,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 "its fake nodes are Ready but run nothing: other tests' pods would wait there"))
         if "launcher" in fixtures:
             # TensorFlow groups on loopback (runtime tier) bound how long an abort takes on two
-            # busy cores: one group at a time, in one pytest-xdist worker.
-            item.add_marker(pytest.mark.xdist_group("tf-loopback"))
+            # busy cores: one group at a time.
+            item.add_marker(pytest.mark.shares("tf-loopback"))
+
+
+@pytest.fixture(autouse=True)
+def shared(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The locks of what the test shares (`shares` marks), held from before its other
+    function fixtures to after them: a file lock, so it holds across pytest-xdist workers
+    (whose own grouping, xdist_group, pytest 9.2 no longer honours)."""
+    names = sorted({str(m.args[0]) for m in request.node.iter_markers("shares")})
+    with ExitStack() as held:
+        for name in names:
+            path = REPO / ".cluster" / f"test-{name}-{os.environ.get('CLUSTER', 'local')}.lock"
+            path.parent.mkdir(exist_ok=True)
+            lock = held.enter_context(path.open("a"))
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

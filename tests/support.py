@@ -11,9 +11,9 @@ import pytest
 
 T = TypeVar("T")
 
-# The local node's four GPUs are one pool, and some tests wait for all of them to be free:
-# the tests that take GPUs run one after another, in one pytest-xdist worker.
-USES_NODE_GPUS = pytest.mark.xdist_group("node-gpus")
+# The node's four GPUs are one pool, and some tests wait for all of them to be free: the tests
+# that take GPUs hold one lock while they run (tests/conftest.py `shared`), one at a time.
+USES_NODE_GPUS = pytest.mark.shares("node-gpus")
 
 
 def alone(reason: str) -> pytest.MarkDecorator:

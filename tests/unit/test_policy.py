@@ -549,29 +549,36 @@ def test_a_worker_bound_to_a_node_whose_lease_is_already_silent_is_lost_with_it(
 
 
 AFFINITY = "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+INSUFFICIENT_GPU = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+BOTH = {"node-a", "node-b"}  # avoided nodes that could hold the pods (fit.may_host)
 SILENT_A = {"node-a": NodeTrouble("node-a", "HeartbeatStale", at(0), "Lease silent")}
 
 
-@pytest.mark.parametrize(("pods", "troubles", "kind"), [
+@pytest.mark.parametrize(("pods", "troubles", "could_host", "kind"), [
     # Refused away from node-a, whose Lease is renewed again: placed again.
-    ([PodBuilder(0).avoiding("node-a").unschedulable(AFFINITY), *running(1, 2)], {},
+    ([PodBuilder(0).avoiding("node-a").unschedulable(AFFINITY), *running(1, 2)], {}, BOTH,
      ActionKind.REPLACE_GROUP),
     # node-a still silent: look again in a few seconds.
-    ([PodBuilder(0).avoiding("node-a").unschedulable(AFFINITY), *running(1, 2)], SILENT_A,
+    ([PodBuilder(0).avoiding("node-a").unschedulable(AFFINITY), *running(1, 2)], SILENT_A, BOTH,
      ActionKind.WAIT),
     # One of two avoided nodes back is enough.
     ([PodBuilder(0).avoiding("node-a", "node-b").unschedulable(AFFINITY), *running(1, 2)],
-     SILENT_A, ActionKind.REPLACE_GROUP),
+     SILENT_A, BOTH, ActionKind.REPLACE_GROUP),
     # Not refused yet (the scheduler has not looked), or bound: nothing to do.
-    ([PodBuilder(0).avoiding("node-a"), *running(1, 2)], {}, ActionKind.NONE),
-    ([PodBuilder(0).avoiding("node-a").running(), *running(1, 2)], {}, ActionKind.NONE),
+    ([PodBuilder(0).avoiding("node-a"), *running(1, 2)], {}, BOTH, ActionKind.NONE),
+    ([PodBuilder(0).avoiding("node-a").running(), *running(1, 2)], {}, BOTH, ActionKind.NONE),
     # Refused, but created to avoid nothing: the startup timeout's case, not this one.
-    ([PodBuilder(0).unschedulable(AFFINITY), *running(1, 2)], {}, ActionKind.NONE),
+    ([PodBuilder(0).unschedulable(AFFINITY), *running(1, 2)], {}, BOTH, ActionKind.NONE),
+    # Back, but it could never hold the group's pods (a CPU node for a GPU group): no reason
+    # to place the group again and restart its start-up clock; look again later.
+    ([PodBuilder(0).avoiding("node-a").unschedulable(INSUFFICIENT_GPU), *running(1, 2)], {},
+     set(), ActionKind.WAIT),
 ])
 def test_a_group_refused_away_from_a_node_that_is_back_is_placed_again(
-    pods: list[PodBuilder], troubles: dict[str, NodeTrouble], kind: ActionKind,
+    pods: list[PodBuilder], troubles: dict[str, NodeTrouble], could_host: set[str],
+    kind: ActionKind,
 ) -> None:
-    action = replacement_action(group(*pods), troubles)
+    action = replacement_action(group(*pods), troubles, could_host)
     assert action.kind is kind
     if kind is ActionKind.REPLACE_GROUP:
         assert action.reason == "AvoidedNodeBack" and action.culprit is None

@@ -774,3 +774,25 @@ def test_a_group_placed_away_from_a_silent_node_is_placed_again_once_the_node_is
     assert cluster.generations() == dict.fromkeys(PODS, "2")
     assert all(names.ANNOTATION_AVOIDED_NODES not in p["metadata"].get("annotations", {})
                for p in cluster.pods.values())
+
+
+def test_a_node_back_that_could_never_hold_the_group_does_not_place_it_again() -> None:
+    """A GPU group avoided a node whose Lease went silent; that node is a CPU node. When it
+    renews its Lease, placing the group again would help nothing and restart its start-up
+    clock (#42): the group stays, and the pass looks again later."""
+    cluster = make(template=GPU_TEMPLATE)
+    cluster.nodes = {"gpu": gpu_node("gpu", "T4", 4),
+                     "cpu": {"metadata": {"name": "cpu"}, "spec": {},
+                             "status": {"conditions": [{"type": "Ready", "status": "True"}]}}}
+    cluster.silences["cpu"] = 21.0
+    step(cluster)  # the first group, away from the silent CPU node
+    assert {p["metadata"]["annotations"].get(names.ANNOTATION_AVOIDED_NODES)
+            for p in cluster.pods.values()} == {"cpu"}
+    for i in range(3):
+        cluster.unschedulable(i, "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 "
+                                 "node(s) didn't match Pod's node affinity/selector.")
+    cluster.silences["cpu"] = 2.0
+    outcome = step(cluster)
+    assert cluster.status["groupGeneration"] == 0, cluster.events
+    assert not [r for _, r, _ in cluster.events if r == "AvoidedNodeBack"]
+    assert outcome.requeue is not None and outcome.requeue <= 5, outcome

@@ -14,10 +14,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from multiworker.api.spec import MultiWorkerJobSpec, RestartMode
-from multiworker.decide.gpus import GPU_RESOURCE, GpuRequestError, gpus_per_worker
+from multiworker.decide.fit import may_host
 from multiworker.decide.nodes import NodeTrouble
 from multiworker.decide.observe import WorkerPhase, WorkerState
-from multiworker.decide.quantity import parse_or_zero
 
 # The kubelet that restarts all of a pod's containers on a rule (RestartAllContainers, beta
 # and on by default since Kubernetes 1.36).
@@ -33,7 +32,6 @@ HEALTHY = (WorkerPhase.RUNNING, WorkerPhase.STARTING, WorkerPhase.FAILED)
 # What a node declares (status.declaredFeatures, NodeDeclaredFeatures) when its kubelet can
 # restart all of a pod's containers: the scheduler places a pod with that rule nowhere else.
 RESTART_FEATURE = "RestartAllContainersOnContainerExits"
-_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 def agent_blocker(pod_spec: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]]) -> str | None:
@@ -42,11 +40,7 @@ def agent_blocker(pod_spec: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]
     rule only when every node it could otherwise land on (its nodeSelector matches — the GPU
     product's too, so ask about the pod as rendered —, its tolerations cover the taints, not
     cordoned, it has the GPUs the pod asks for) declares it, and there is one."""
-    try:
-        gpus = gpus_per_worker({"spec": pod_spec})
-    except GpuRequestError:
-        gpus = 0  # the job fails on it before any pod is made (creation._place_group)
-    candidates = [n for n in nodes if _may_land(pod_spec, n) and _has_gpus(n, gpus)]
+    candidates = [n for n in nodes if may_host(n, pod_spec)]
     if not candidates:
         return "no schedulable node for the pods is known"
     lacking = sorted(str((n.get("metadata") or {}).get("name", "")) for n in candidates
@@ -57,32 +51,6 @@ def agent_blocker(pod_spec: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]
                                           else "")
         return f"nodes {shown} do not declare {RESTART_FEATURE}"
     return None
-
-
-def _may_land(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    spec = node.get("spec") or {}
-    if spec.get("unschedulable"):
-        return False
-    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
-        return False
-    tolerations = pod_spec.get("tolerations") or []
-    return all(any(_tolerates(t, taint) for t in tolerations)
-               for taint in spec.get("taints") or [] if taint.get("effect") in _TAINT_EFFECTS)
-
-
-def _has_gpus(node: Mapping[str, Any], gpus: int) -> bool:
-    allocatable = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE) or 0
-    return gpus == 0 or parse_or_zero(allocatable) >= gpus
-
-
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    if toleration.get("operator") == "Exists":
-        return not toleration.get("key") or toleration["key"] == taint.get("key")
-    return toleration.get("key") == taint.get("key") and \
-        (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def in_place_blocker(

@@ -8,7 +8,7 @@ and only after a short window in which the peer's own failure may still show up.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -421,15 +421,20 @@ def startup_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup) -> datetime
     return min(starts) + timedelta(seconds=timeout)
 
 
-def replacement_action(group: ObservedGroup, troubles: Mapping[str, NodeTrouble]) -> Action:
+def replacement_action(group: ObservedGroup, troubles: Mapping[str, NodeTrouble],
+                       could_host: Collection[str]) -> Action:
     """Place the group again when the scheduler refuses a worker created away from nodes
     whose Lease was silent (creation.ensure_workers) and one of them is back (not in
-    `troubles`, what ails those nodes now). A pod's node affinity cannot change: a group that
-    fits only with the returned node would otherwise wait until startupTimeoutSeconds and
-    fail. None of it ran, so neither a restart nor a disruption is spent."""
+    `troubles`, what ails those nodes now) and could hold the group's pods at all (in
+    `could_host`, fit.may_host: a returning CPU node is no reason to place a GPU group again,
+    and each placement restarts its start-up clock). A pod's node affinity cannot change: a
+    group that fits only with the returned node would otherwise wait until
+    startupTimeoutSeconds and fail. None of it ran, so neither a restart nor a disruption is
+    spent."""
     refused = [w for w in group.with_phase(WorkerPhase.PENDING) if w.avoided_nodes]
     for worker in refused:
-        back = [node for node in worker.avoided_nodes if node not in troubles]
+        back = [node for node in worker.avoided_nodes
+                if node not in troubles and node in could_host]
         if back:
             return Action(
                 ActionKind.REPLACE_GROUP, Reason.AVOIDED_NODE_BACK,

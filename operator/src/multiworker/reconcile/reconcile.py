@@ -27,6 +27,7 @@ from multiworker.api.spec import CleanPodPolicy
 from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus, parse_status
 from multiworker.clients.agents import AgentNote
 from multiworker.clients.kube import Conflict, GenerationDeletion, Gone, PodDeletion, PodPatch
+from multiworker.decide.fit import may_host
 from multiworker.decide.hang import find_stall
 from multiworker.decide.inplace import STOP_BOUND, stop_deadline
 from multiworker.decide.nodes import NodeTrouble, combined, heartbeat_trouble, node_trouble
@@ -57,6 +58,7 @@ from multiworker.reconcile.commit import commit
 from multiworker.reconcile.context import ClusterIO, Flow, Options, Outcome, Pass
 from multiworker.reconcile.creation import ensure_workers, still_blocked, why_not_placed
 from multiworker.reconcile.gang import pod_group_path
+from multiworker.reconcile.render import owner_reference, render_worker_pod
 from multiworker.reconcile.reporting import current_health, poll_targets, record_progress
 from multiworker.reconcile.transitions import (
     abandon_in_place,
@@ -319,7 +321,11 @@ def placement_policy(p: Pass) -> Flow:
     avoided = {node for w in p.group.workers for node in w.avoided_nodes}
     if not avoided:
         return Flow.CONTINUE
-    action = replacement_action(p.group, _troubles(p.cluster, avoided, p.now))
+    pod_spec = render_worker_pod(p.job, 0, p.status.group_generation, owner_reference(p.job),
+                                 gpu_product=p.status.gpu_product)["spec"]
+    could_host = {node for node in avoided
+                  if (manifest := p.cluster.cached_node(node)) and may_host(manifest, pod_spec)}
+    action = replacement_action(p.group, _troubles(p.cluster, avoided, p.now), could_host)
     apply(p, action)
     return Flow.DONE if action.kind is ActionKind.REPLACE_GROUP else Flow.CONTINUE
 

@@ -183,6 +183,28 @@ def test_the_backoff_holds_the_release() -> None:
     assert annotation(cluster, 0, names.ANNOTATION_RELEASED) == "1"
 
 
+def test_the_start_up_timeout_counts_from_the_release_not_the_backoff() -> None:
+    """The barrier and the backoff before the release are the operator's wait: a backoff as
+    long as startupTimeoutSeconds failed the job at its first restart, naming a worker that
+    had not been let start (#42). The trainers are timed from their release."""
+    cluster = running(restartPolicy={"backoffSeconds": 60}, health={"startupTimeoutSeconds": 60})
+    held(cluster, 1)
+    step(cluster)
+    step(cluster)
+    for i in (0, 2):
+        held(cluster, i)
+    step(cluster, 30)
+    assert annotation(cluster, 0, names.ANNOTATION_RELEASED) == "0"
+    step(cluster, 31)  # past the backoff, 62 s after the relabel: released, not failed
+    assert cluster.status["phase"] != "Failed", cluster.events
+    assert annotation(cluster, 0, names.ANNOTATION_RELEASED) == "1"
+    step(cluster, 58)  # the released trainers still starting 59 s later: within the timeout
+    assert cluster.status["phase"] != "Failed", cluster.events
+    step(cluster, 2)
+    assert cluster.status["phase"] == "Failed"
+    assert cluster.events[-1][1] == "StartupTimeout"
+
+
 def test_an_old_trainer_that_does_not_stop_in_time_makes_the_group_recreated() -> None:
     cluster = running(restartPolicy={"backoffSeconds": 0})
     held(cluster, 1)

@@ -30,7 +30,7 @@ ANNOTATION_PROGRESS_PORT = f"{GROUP}/progress-port"
 ANNOTATION_RELEASED = f"{GROUP}/released-generation"
 ANNOTATION_TRAINER_RESTARTS = f"{GROUP}/trainer-restarts"
 ANNOTATION_POD_DIGEST = f"{GROUP}/pod-digest"
-ANNOTATION_RESTARTED_AT = f"{GROUP}/restarted-at"  # when it moved to its generation in place
+ANNOTATION_RESTARTED_AT = f"{GROUP}/restarted-at"  # moved in place, then released: its start
 # The trainer's exit as the operator first saw it (JSON: generation, exitCode, reason, message,
 # finishedAt): the kubelet's restart of all containers replaces it with its own record soon.
 ANNOTATION_TRAINER_EXIT = f"{GROUP}/trainer-exit"

@@ -19,7 +19,14 @@ from multiworker.api.spec import ExitCodeAction, ImageSkewPolicy, MultiWorkerJob
 from multiworker.api.status import FailureRecord, JobStatus
 from multiworker.decide.hang import Stall
 from multiworker.decide.nodes import HEARTBEAT_STALE, STALE_HEARTBEAT_SECONDS, NodeTrouble
-from multiworker.decide.observe import EVICTED_FOR_USAGE, ObservedGroup, WorkerPhase, WorkerState
+from multiworker.decide.observe import (
+    EVICTED_FOR_USAGE,
+    STOPPING_OLD_TRAINER,
+    WAITING_FOR_RELEASE,
+    ObservedGroup,
+    WorkerPhase,
+    WorkerState,
+)
 from multiworker.decide.progress import GroupHealth
 
 # How long a symptom waits for the failure that caused it to show in the API: the kubelets
@@ -388,11 +395,19 @@ def hang_action(spec: MultiWorkerJobSpec, status: JobStatus, stall: Stall | None
     return counted_restart(spec, status, stall_culprit(stall), Reason.PROGRESS_STALLED)
 
 
+def _starting(group: ObservedGroup) -> list[WorkerState]:
+    """Workers whose start the start-up timeout bounds: not those held in an in-place
+    restart's barrier (the old trainer stopping, then the backoff until the release), whose
+    own bound is inplace.STOP_BOUND; they are timed from their release (restarted-at)."""
+    return [w for w in group.with_phase(WorkerPhase.PENDING, WorkerPhase.STARTING)
+            if w.reason not in (STOPPING_OLD_TRAINER, WAITING_FOR_RELEASE)]
+
+
 def startup_action(spec: MultiWorkerJobSpec, group: ObservedGroup, now: datetime) -> Action:
     """Fail the job when a worker cannot start: at once for what waiting cannot fix, else
     after spec.health.startupTimeoutSeconds."""
     timeout = spec.health.startup_timeout_seconds
-    for worker in group.with_phase(WorkerPhase.PENDING, WorkerPhase.STARTING):
+    for worker in _starting(group):
         overdue = (
             timeout is not None and worker.since is not None
             and now - worker.since >= timedelta(seconds=timeout)
@@ -412,10 +427,7 @@ def startup_action(spec: MultiWorkerJobSpec, group: ObservedGroup, now: datetime
 def startup_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup) -> datetime | None:
     """When the earliest starting worker runs out of spec.health.startupTimeoutSeconds."""
     timeout = spec.health.startup_timeout_seconds
-    starts = [
-        w.since for w in group.with_phase(WorkerPhase.PENDING, WorkerPhase.STARTING)
-        if w.since is not None
-    ]
+    starts = [w.since for w in _starting(group) if w.since is not None]
     if timeout is None or not starts:
         return None
     return min(starts) + timedelta(seconds=timeout)

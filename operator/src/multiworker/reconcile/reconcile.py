@@ -240,8 +240,11 @@ def release_in_place(p: Pass) -> Flow:
     if s.restart_after is not None and p.now < s.restart_after:
         p.wake_at(s.restart_after)
         return Flow.CONTINUE
+    # Restarted now, as far as the start-up timeout goes: the barrier and the backoff before
+    # the release are the operator's own wait, not the trainers' start.
     patches = [PodPatch(p.job.namespace, w.pod, w.uid, annotations={
         names.ANNOTATION_RELEASED: str(generation),
+        names.ANNOTATION_RESTARTED_AT: p.now.isoformat(),
         names.ANNOTATION_TRAINER_RESTARTS: str(w.trainer_restarts)}) for w in workers]
     if not all(p.cluster.patch_pods(patches)):
         abandon_in_place(p, "a worker's pod was replaced while its generation was released")

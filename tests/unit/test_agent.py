@@ -172,3 +172,61 @@ def test_the_operators_word_moves_the_pod_on_before_its_labels_do(tmp_path: Path
         watch.kill()
         if gate is not None:
             gate.kill()
+
+
+def test_a_note_the_operator_could_not_have_sent_is_refused(tmp_path: Path) -> None:
+    """Anyone who can list pods can name a pod's uid. A generation more than one ahead of the
+    pod's own label, or a release past the generation, is refused and kept nowhere: it would
+    open the gate and be fenced, superseding every later real generation (#42)."""
+    port = free_port()
+    write(tmp_path, generation=3, released=3)
+    watch = start(tmp_path, "watch", port)
+    try:
+        assert tell(port, "uid-1", 10**6) == 403
+        assert tell(port, "uid-1", 3, released=9) == 403
+        assert tell(port, "uid-1", 4, released=5) == 403
+        assert not (tmp_path / "state" / "told-generation").exists()
+        assert not (tmp_path / "state" / "told-released").exists()
+        assert tell(port, "uid-1", 4, released=4) == 204  # the next generation, as the operator
+        assert (tmp_path / "state" / "told-generation").read_text() == "4"
+    finally:
+        watch.kill()
+
+
+def threads_of(proc: subprocess.Popen[bytes]) -> int:
+    status = Path(f"/proc/{proc.pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+
+
+def test_idle_connections_neither_grow_the_sidecar_nor_keep_the_operator_out(
+    tmp_path: Path,
+) -> None:
+    """A flood of connections that send nothing: a few are served at a time (each dropped
+    after READ_SECONDS), the rest closed at once, so the 64 Mi sidecar neither grows a thread
+    per connection nor stops hearing the operator once they are gone (#42)."""
+    port = free_port()
+    write(tmp_path, generation=0, released=0)
+    watch = start(tmp_path, "watch", port)
+    idle: list[socket.socket] = []
+    try:
+        assert tell(port, "uid-1", 0) == 204  # listening
+        for _ in range(40):
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except OSError:
+                break
+        time.sleep(0.5)
+        assert threads_of(watch) <= 16, threads_of(watch)  # not one per connection
+        def heard() -> bool:
+            try:
+                return tell(port, "uid-1", 1) == 204
+            except OSError:  # closed at once while the slots are taken
+                return False
+
+        wait_for(heard, 30, interval=0.5,
+                 describe="the operator's note heard again once the idle connections drop")
+        assert (tmp_path / "state" / "told-generation").read_text() == "1"
+    finally:
+        for s in idle:
+            s.close()
+        watch.kill()

@@ -17,9 +17,10 @@ ConfigMap), stdlib only, in two init containers of every worker pod:
 
 Both learn the generation and its release two ways and act on whichever comes first: the
 operator's word (PUT /generation on the sidecar's port, from the operator, naming this pod's
-uid: an IP reused by another pod is refused), and the labels and annotations through a
-downwardAPI volume, which the kubelet refreshes on its own schedule (once in a dozen restarts,
-30 s late). Neither needs API credentials. Both only ever rise, so the higher wins.
+uid: an IP reused by another pod is refused, and so is a generation more than MAX_LEAD above
+the pod's own label), and the labels and annotations through a downwardAPI volume, which the
+kubelet refreshes on its own schedule (once in a dozen restarts, 30 s late). Neither needs API
+credentials. Both only ever rise, so the higher wins.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 POD_INFO = os.environ.get("MWJ_AGENT_POD_INFO", "/etc/multiworker")
 STATE = os.environ.get("MWJ_AGENT_STATE", "/run/multiworker")
@@ -41,6 +43,16 @@ POD_UID = os.environ.get("MWJ_AGENT_POD_UID", "")
 NOTE_PATH = "/generation"  # api/contract.py's AGENT_NOTE_PATH
 RESTART_EXIT = 86
 POLL_SECONDS = 0.05
+# The operator relabels a pod one generation at a time and tells it then, so a told generation
+# leads the pod's own label (the downwardAPI file, which the kubelet refreshes late) by one at
+# most, and a told release never passes the generation. A note claiming more is refused:
+# anyone who can list pods can name a pod's uid, and a far-future generation would open the
+# gate and be fenced (fence.json), superseding every later real one.
+MAX_LEAD = 1
+# The port serves the operator alone: a few connections at a time (more are closed at once),
+# each with seconds to send its note, so a flood can neither stall nor exhaust the sidecar.
+MAX_CONNECTIONS = 8
+READ_SECONDS = 5.0
 
 
 def _read(path: str) -> int | None:
@@ -81,8 +93,30 @@ def _keep(name: str, value: object) -> None:
     os.replace(tmp, path)
 
 
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+        else None
+
+
+def plausible(note: dict[str, object]) -> bool:
+    """Whether the operator could have sent the note (MAX_LEAD), judged by the pod's label."""
+    label = _read(os.path.join(POD_INFO, "generation"))
+    if label is None:
+        return False  # nothing to judge it by: the downwardAPI will tell
+    told, release = _count(note.get("generation")), _count(note.get("released"))
+    if (told is None and note.get("generation") is not None) or \
+            (release is None and note.get("released") is not None):
+        return False
+    if told is not None and told > label + MAX_LEAD:
+        return False
+    ceiling = _higher(label, told, _read(os.path.join(STATE, "told-generation"))) or 0
+    return release is None or release <= ceiling
+
+
 class _Told(BaseHTTPRequestHandler):
     """PUT /generation {"uid": ..., "generation": N, "released": M}: the operator's word."""
+
+    timeout = READ_SECONDS  # per read of the request, then the connection is dropped
 
     def do_PUT(self) -> None:  # noqa: N802 (http.server's name)
         try:
@@ -94,6 +128,8 @@ class _Told(BaseHTTPRequestHandler):
             self.send_response(400)
         elif not POD_UID or note.get("uid") != POD_UID:
             self.send_response(409)  # another pod's IP, once: not ours to act on
+        elif not plausible(note):
+            self.send_response(403)
         else:
             with _lock:
                 _keep("told-generation", note.get("generation"))
@@ -111,6 +147,26 @@ _lock = threading.Lock()
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)  # over MAX_CONNECTIONS: closed at once
+            return
+        try:
+            super().process_request(request, client_address)
+        except Exception:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def server_bind(self) -> None:
         """Bind without HTTPServer's getfqdn(), a DNS lookup that may stall in a pod."""

@@ -49,3 +49,25 @@ def test_a_lease_is_kept_small() -> None:
     assert lease("a", "t") == {
         "metadata": {"name": "a", "namespace": "kube-node-lease", "resourceVersion": "1"},
         "spec": {"renewTime": "t"}}
+
+
+def test_silence_counts_only_while_the_lease_watch_is_up() -> None:
+    """An API server restarting stalls the Lease watch (its retries back off up to 30 s): no
+    node is heard meanwhile, which says nothing of the nodes. Every node looked lost after
+    25 s of that (#42); now silence stops at the failure and counts again from the return."""
+    clock = Clock()
+    beats = Heartbeats(clock)
+    beats.on_lease("ADDED", None, lease("a", "t0"))
+    clock.now += 5
+    beats.watch_state(False)
+    clock.now += 25
+    assert beats.silence("a") == 5 and beats.silent(None, 12) == set()
+    beats.watch_state(False)  # a second failed retry keeps the first failure's time
+    clock.now += 2
+    beats.watch_state(True)
+    clock.now += 8
+    assert beats.silence("a") == 8  # from the watch's return, not from before the outage
+    clock.now += 4
+    assert beats.silent(["a"], 12) == {"a"}  # renewals stopped while it was watching
+    beats.on_lease("MODIFIED", lease("a", "t0"), lease("a", "t1", "2"))
+    assert beats.silence("a") == 0

@@ -9,6 +9,7 @@ from multiworker.clients.informer import Informer, Store, key_of
 from multiworker.clients.shapes import POD, slim_pod
 from multiworker.decide.observe import WorkerPhase, classify
 
+from tests.support import wait_for
 from tests.unit.builders import PodBuilder
 
 
@@ -70,3 +71,32 @@ def test_a_relist_keeps_the_cached_copy_of_an_unchanged_object() -> None:
     informer._relist()
     assert store.get(key_of(unchanged)) is first  # the same object, not a second copy
     assert store.get(key_of(changed))["metadata"]["resourceVersion"] == "3"  # type: ignore[index]
+
+
+class Outage:
+    """An API server whose watch fails twice, then delivers one event."""
+
+    def __init__(self) -> None:
+        self.watches = 0
+
+    def list_page(self, *_: Any) -> dict[str, Any]:
+        return {"items": [], "metadata": {"resourceVersion": "9"}}
+
+    def watch(self, *_: Any) -> Any:
+        self.watches += 1
+        if self.watches <= 2:
+            raise ConnectionResetError("the API server restarts")
+        yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "10"}}}
+
+
+def test_the_watch_says_when_it_fails_and_when_it_delivers_again() -> None:
+    """What the Lease watch did not hear while it was down did not happen unheard: it tells
+    heartbeats.py (on_state) so a stalled watch does not make every node look lost."""
+    told: list[bool] = []
+    cluster = Outage()
+    informer = Informer(cluster, "/leases", Store(), lambda *_: None,  # type: ignore[arg-type]
+                        on_state=told.append)
+    informer.start()
+    wait_for(lambda: cluster.watches >= 3 and told == [False, True], 10,
+             describe=lambda: f"down, then up once: {told}")
+    informer.stop()

@@ -150,6 +150,7 @@ class Controller:
             informer.start()
         self._lease_informer = self._informer(NODE_LEASES_PATH, Store(), self._on_lease,
                                               None, None, Shape.of(slim_lease))
+        self._lease_informer.on_state = self.view.heartbeats.watch_state
         self._lease_informer.start()
         await asyncio.to_thread(self._wait_synced)
         log.info("caches synced: %d jobs, %d pods, %d nodes", len(self.view.job_store),

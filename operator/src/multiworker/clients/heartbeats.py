@@ -6,6 +6,11 @@ Renewals are timed by this process's monotonic clock when their watch event arri
 the renewTime the kubelet wrote: the two clocks need not agree, and a skewed node must not
 look dead (or alive). Cheap at 1,000 nodes: one watch, ~100 small events a second, each kept
 as a float per node.
+
+Silence means renewals stopped while the watch was up: a watch that fails (an API server
+restarting; its retries back off up to 30 s) hears nothing of any node, which says nothing of
+the nodes. So silence stops growing when the watch fails, and counts again only from when it
+is back (watch_state, from the Lease informer).
 """
 
 from __future__ import annotations
@@ -37,6 +42,21 @@ class Heartbeats:
         self._clock = clock
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._down_since: float | None = None  # the watch failed then, and is not back yet
+        self._back_at = float("-inf")  # the watch last came back then
+
+    def watch_state(self, up: bool) -> None:
+        """The Lease watch failed (False) or is delivering again (True)."""
+        with self._lock:
+            if not up:
+                self._down_since = self._down_since or self._clock()
+            elif self._down_since is not None:
+                self._down_since, self._back_at = None, self._clock()
+
+    def _silence(self, seen: float, now: float) -> float:
+        """Seconds of watched silence since `seen` (lock held)."""
+        until = now if self._down_since is None else self._down_since
+        return max(0.0, until - max(seen, self._back_at))
 
     def on_lease(self, kind: str, old: Manifest | None, new: Manifest | None) -> str | None:
         """Records a renewal (a Lease listed or added counts as renewed now); the node's name
@@ -54,9 +74,10 @@ class Heartbeats:
 
     def silence(self, node: str) -> float | None:
         """Seconds since `node`'s Lease was last seen renewed; None: no Lease seen."""
+        now = self._clock()
         with self._lock:
             seen = self._seen.get(node)
-        return None if seen is None else max(0.0, self._clock() - seen)
+            return None if seen is None else self._silence(seen, now)
 
     def silent(self, nodes: Iterable[str] | None, seconds: float) -> set[str]:
         """Those of `nodes` (None: every node with a Lease) whose Lease has not been seen
@@ -65,7 +86,7 @@ class Heartbeats:
         with self._lock:
             names = self._seen if nodes is None else nodes
             return {n for n in names if (seen := self._seen.get(n)) is not None
-                    and now - seen >= seconds}
+                    and self._silence(seen, now) >= seconds}
 
 
 def _renewed(lease: Manifest) -> Any:

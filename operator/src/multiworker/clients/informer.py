@@ -131,6 +131,10 @@ class Informer:
     synced: threading.Event = field(default_factory=threading.Event)
     stopping: threading.Event = field(default_factory=threading.Event)
     relists: int = 0  # how often it had to list (start-up, then every 410 Gone)
+    # Told False when the watch fails, True once it delivers again (a list, or any event):
+    # what was not heard meanwhile did not happen unheard (heartbeats.py).
+    on_state: Callable[[bool], None] | None = None
+    _down: bool = False
     _thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -161,6 +165,7 @@ class Informer:
             except Exception as e:  # API down, connection reset: resume where we were
                 delay = _RETRY_SECONDS[min(failures, len(_RETRY_SECONDS) - 1)]
                 failures += 1
+                self._state(False)
                 log.warning("watch of %s failed (%s); retrying in %gs", self.path, e, delay)
                 self.stopping.wait(delay)
 
@@ -179,6 +184,7 @@ class Informer:
             if cont is None:
                 break
         self.relists += 1
+        self._state(True)
         for change in self.store.replace(items, self._in_scope):
             self.listener(*change)
         return str(page.get("metadata", {}).get("resourceVersion", ""))
@@ -188,6 +194,7 @@ class Informer:
                                         SERVER_TIMEOUT_SECONDS, self.shape.decode):
             if self.stopping.is_set():
                 break
+            self._state(True)
             kind, obj = event.get("type", ""), event.get("object") or {}
             version = _version(obj) or version
             if kind == "BOOKMARK":
@@ -199,6 +206,11 @@ class Informer:
                 old = self.store.put(obj)
                 self.listener(kind, old, obj)
         return version
+
+    def _state(self, up: bool) -> None:
+        if self.on_state is not None and self._down == up:
+            self._down = not up
+            self.on_state(up)
 
     def _in_scope(self, key: Key) -> bool:
         return self.namespace is None or key[0] == self.namespace

@@ -119,6 +119,33 @@ def test_a_crash_restarts_the_same_pods_once_every_old_trainer_stopped() -> None
     assert cluster.created_pods == PODS  # the first group's, and no more
 
 
+def test_a_release_whose_status_write_failed_is_finished_not_abandoned() -> None:
+    """The pods are marked released (and their trainers start) before the status clears
+    inPlaceSince: a failed write there (a 409, a timeout, the leader gone) left the next pass
+    finding no pod held, and it recreated a group that was already training (#42)."""
+    cluster = running(restartPolicy={"backoffSeconds": 0})
+    uids = {n: p["metadata"]["uid"] for n, p in cluster.pods.items()}
+    held(cluster, 1)
+    step(cluster)
+    step(cluster)
+    for i in (0, 2):
+        held(cluster, i)
+    cluster.fail_status_writes = 1
+    with pytest.raises(RuntimeError):
+        step(cluster)  # released on every pod; the status write fails
+    assert [annotation(cluster, i, names.ANNOTATION_RELEASED) for i in range(3)] == ["1"] * 3
+    assert cluster.status["inPlaceSince"]
+    for i in range(3):
+        trainer_started(cluster, i)
+    again = step(cluster, STOP_BOUND.total_seconds())  # past the barrier's bound, even
+    assert [r for _, r, _ in cluster.events].count("InPlaceRestartAbandoned") == 0
+    assert cluster.status.get("inPlaceSince") is None
+    assert [(n.uid, n.released) for n in again.agent_notes] == [(uids[n], 1) for n in PODS]
+    step(cluster)
+    assert cluster.status["phase"] == "Running" and cluster.status["groupGeneration"] == 1
+    assert {n: p["metadata"]["uid"] for n, p in cluster.pods.items()} == uids
+
+
 def test_a_trainer_exit_seen_before_its_kubelet_restarts_the_containers_is_in_place() -> None:
     """The pod's only container has exited, the phase is still Running: the trainer's rule
     restarts it, so the pod has not ended."""

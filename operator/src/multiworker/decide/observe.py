@@ -94,6 +94,7 @@ class WorkerState:
     digest: str = ""
     trainer_restarts: int = 0
     exit_recorded: bool = False  # its failure of this generation is in its annotations
+    released: int | None = None  # the generation the operator released in its pod (in place)
     # Refused by the scheduler: the nodes it was created to avoid (their Lease was silent).
     avoided_nodes: tuple[str, ...] = ()
 
@@ -250,6 +251,7 @@ def classify(pod: Pod, index: int, container: str) -> WorkerState:
     return replace(state, uid=meta.get("uid", ""), terminating="deletionTimestamp" in meta,
                    agent=_has_agent(pod), digest=annotations.get(names.ANNOTATION_POD_DIGEST, ""),
                    exit_recorded=_recorded_exit(pod) is not None,
+                   released=_int(annotations.get(names.ANNOTATION_RELEASED)),
                    trainer_restarts=int((trainer or {}).get("restartCount") or 0),
                    ip=pod.get("status", {}).get("podIP") or "",
                    node=(pod.get("spec") or {}).get("nodeName") or "",

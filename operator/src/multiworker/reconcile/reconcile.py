@@ -16,7 +16,7 @@ peers exiting non-zero on their way out must not restart a finished job.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,6 +36,7 @@ from multiworker.decide.observe import (
     Classified,
     StalePod,
     WorkerPhase,
+    WorkerState,
     exit_record,
     observe_group,
 )
@@ -218,6 +219,11 @@ def release_in_place(p: Pass) -> Flow:
     if s.in_place_since is None or p.group.stale:
         return Flow.CONTINUE
     workers, generation = p.group.workers, s.group_generation
+    if all(w.released == generation and w.phase is not WorkerPhase.MISSING for w in workers):
+        # Released by a pass whose status write did not land (a conflict, a timeout, the
+        # leader gone): the group trains already. Finish that release, never abandon it.
+        _released(p, workers, generation)
+        return Flow.CONTINUE
     why = next((f"worker-{w.index}'s pod is gone" if w.phase is WorkerPhase.MISSING
                 else f"worker-{w.index}'s pod was disrupted ({w.reason})"
                 for w in workers
@@ -249,6 +255,15 @@ def release_in_place(p: Pass) -> Flow:
     if not all(p.cluster.patch_pods(patches)):
         abandon_in_place(p, "a worker's pod was replaced while its generation was released")
         return Flow.DONE
+    _released(p, workers, generation)
+    return Flow.CONTINUE
+
+
+def _released(p: Pass, workers: Sequence[WorkerState], generation: int) -> None:
+    """The release is on every pod: tell the agents (again, when an earlier pass released)
+    and end the barrier."""
+    s = p.status
+    assert s.in_place_since is not None
     port = p.job.spec.restart_policy.agent_port
     p.agent_notes += [AgentNote(w.ip, port, w.uid, generation, released=generation)
                       for w in workers if w.ip]
@@ -256,7 +271,6 @@ def release_in_place(p: Pass) -> Flow:
     s.in_place_since = None
     p.log.info("generation %s released in place: every old trainer stopped within %.1fs",
                generation, stopped)
-    return Flow.CONTINUE
 
 
 def remember_exits(p: Pass) -> Flow:

@@ -152,13 +152,15 @@ class _Server(ThreadingHTTPServer):
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__(*args, **kwargs)
 
+    # The cap as runtime/progress.py's server has it: this file is shipped alone (the job's
+    # ConfigMap) and runs in any image with python3, so it cannot import that one.
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
             self.shutdown_request(request)  # over MAX_CONNECTIONS: closed at once
             return
         try:
             super().process_request(request, client_address)
-        except Exception:
+        except BaseException:
             self._slots.release()
             raise
 

@@ -94,9 +94,10 @@ chaos: venv binaries ## the full chaos suite on the local cluster (sizes: CHAOS_
 	CHAOS_ABUSE_SECONDS=$${CHAOS_ABUSE_SECONDS:-120} CLUSTER=$(CLUSTER) $(PYTEST) tests/chaos
 
 # make test: first every test that may share the cluster with others, in TEST_WORKERS
-# pytest-xdist workers (tests that share one resource hold its lock: tests.support); then the
-# tests marked `alone` (tests.support.alone: they stop the control plane, add fake nodes, take
-# most of the node or time themselves), one at a time. Both always run; the exit code is the
+# pytest-xdist workers (tests that share one resource hold its lock and run in one worker:
+# tests.support.USES_NODE_GPUS); then the tests marked `alone` (tests.support.alone: they
+# stop the control plane, add fake nodes, take most of the node or time themselves), one at
+# a time. Both always run; the exit code is the
 # first failure's. TEST_WORKERS (default: one more than the cores, at most 4: the tests mostly
 # wait on the cluster and TensorFlow) =0 runs the first part in one process, without xdist.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); n=$$((n + 1)); [ "$$n" -le 4 ] || n=4; echo $$n)
@@ -104,7 +105,7 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); n=$$((n + 1)); [ "$$n
 test: venv binaries ## everything CI runs: verify, then all test tiers on the local real cluster
 	$(MAKE) verify
 	rc=0; \
-	CLUSTER=$(CLUSTER) $(PYTEST) -n $(TEST_WORKERS) -m "not alone" tests || rc=$$?; \
+	CLUSTER=$(CLUSTER) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup -m "not alone" tests || rc=$$?; \
 	CLUSTER=$(CLUSTER) $(PYTEST) -m alone tests || { r=$$?; [ $$rc -ne 0 ] || rc=$$r; }; \
 	exit $$rc
 

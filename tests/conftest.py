@@ -48,13 +48,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # TensorFlow groups on loopback (runtime tier) bound how long an abort takes on two
             # busy cores: one group at a time.
             item.add_marker(pytest.mark.shares("tf-loopback"))
+        for mark in item.iter_markers("shares"):
+            # Also one pytest-xdist worker for all of them (`--dist loadgroup`): tests that
+            # wait for one lock in several workers would leave those workers idle.
+            item.add_marker(pytest.mark.xdist_group(str(mark.args[0])))
+    # Those chains first: each is one worker's serial work, the longest of the run, so it
+    # must not start last (xdist hands work out in this order).
+    items.sort(key=lambda item: item.get_closest_marker("shares") is None)
 
 
 @pytest.fixture(autouse=True)
 def shared(request: pytest.FixtureRequest) -> Iterator[None]:
     """The locks of what the test shares (`shares` marks), held from before its other
-    function fixtures to after them: a file lock, so it holds across pytest-xdist workers
-    (whose own grouping, xdist_group, pytest 9.2 no longer honours)."""
+    function fixtures to after them: a file lock, so it holds whichever pytest-xdist worker
+    runs the test, however pytest is called (xdist_group only schedules, and only with
+    `--dist loadgroup`)."""
     names = sorted({str(m.args[0]) for m in request.node.iter_markers("shares")})
     with ExitStack() as held:
         for name in names:

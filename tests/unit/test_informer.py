@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from multiworker.clients.informer import Informer, Store, key_of
@@ -87,6 +88,7 @@ class Outage:
         if self.watches <= 2:
             raise ConnectionResetError("the API server restarts")
         yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "10"}}}
+        time.sleep(0.1)  # a watch that ends (the server's timeout) is opened again
 
 
 def test_the_watch_says_when_it_fails_and_when_it_delivers_again() -> None:
@@ -97,6 +99,8 @@ def test_the_watch_says_when_it_fails_and_when_it_delivers_again() -> None:
     informer = Informer(cluster, "/leases", Store(), lambda *_: None,  # type: ignore[arg-type]
                         on_state=told.append)
     informer.start()
-    wait_for(lambda: cluster.watches >= 3 and told == [False, True], 10,
-             describe=lambda: f"down, then up once: {told}")
-    informer.stop()
+    try:
+        wait_for(lambda: cluster.watches >= 3 and told == [False, True], 10,
+                 describe=lambda: f"down, then up once: {told}")
+    finally:
+        informer.stop()

@@ -53,8 +53,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # wait for one lock in several workers would leave those workers idle.
             item.add_marker(pytest.mark.xdist_group(str(mark.args[0])))
     # Those chains first: each is one worker's serial work, the longest of the run, so it
-    # must not start last (xdist hands work out in this order).
-    items.sort(key=lambda item: item.get_closest_marker("shares") is None)
+    # must not start last (xdist hands work out in this order). The gang tests last among
+    # them: their coscheduler may still be building (.ci/run builds it beside the tests).
+    items.sort(key=lambda item: (item.get_closest_marker("shares") is None,
+                                 "gang_scheduler" in getattr(item, "fixturenames", ())))
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,17 +111,19 @@ def cluster() -> Iterator[Cluster]:
         leave_sessions(found)
 
 
-def sessions_file(cluster: Cluster) -> Path:
-    return REPO / ".cluster" / f"test-sessions-{cluster.kind}.json"
+def live_sessions(cluster: Cluster) -> tuple[Path, dict[str, Any]]:
+    """Where the test sessions on `cluster` are counted, and what it says, less the sessions
+    whose process is gone (a run killed mid-way)."""
+    path = REPO / ".cluster" / f"test-sessions-{cluster.kind}.json"
+    state = json.loads(path.read_text()) if path.exists() else {"pids": [], "paused": []}
+    state["pids"] = [pid for pid in state["pids"] if Path(f"/proc/{pid}").exists()]
+    return path, state
 
 
 def join_sessions(cluster: Cluster) -> None:
     """Count this test session in (pytest-xdist runs one per worker); the first pauses the
-    installed operators and notes them for the last. Sessions whose process is gone (a run
-    killed mid-way) no longer count."""
-    path = sessions_file(cluster)
-    state = json.loads(path.read_text()) if path.exists() else {"pids": [], "paused": []}
-    state["pids"] = [pid for pid in state["pids"] if Path(f"/proc/{pid}").exists()]
+    installed operators and notes them for the last."""
+    path, state = live_sessions(cluster)
     if not state["pids"]:
         state["paused"] += pause_installed_operators(cluster)
     state["pids"].append(os.getpid())
@@ -128,10 +131,8 @@ def join_sessions(cluster: Cluster) -> None:
 
 
 def leave_sessions(cluster: Cluster) -> None:
-    path = sessions_file(cluster)
-    state = json.loads(path.read_text()) if path.exists() else {"pids": [], "paused": []}
-    state["pids"] = [pid for pid in state["pids"]
-                     if pid != os.getpid() and Path(f"/proc/{pid}").exists()]
+    path, state = live_sessions(cluster)
+    state["pids"] = [pid for pid in state["pids"] if pid != os.getpid()]
     if not state["pids"]:
         for namespace, name, replicas in state["paused"]:
             cluster.kubectl("-n", namespace, "scale", "deployment", name,

@@ -8,6 +8,7 @@ Only cluster creation and image loading differ between them; every test is share
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -131,19 +132,21 @@ def run_script(*args: str, env: dict[str, str] | None = None) -> None:
 
 
 @contextmanager
-def one_setup_at_a_time(kind: str) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created as needed) for the block: it holds across
+    processes, pytest-xdist workers included, and goes with the file's closing."""
+    path.parent.mkdir(exist_ok=True)
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def one_setup_at_a_time(kind: str) -> contextlib.AbstractContextManager[None]:
     """Bring a cluster up, or load images into it, one test session at a time: `make test` runs
     pytest-xdist workers, each with its own session fixtures, and the scripts behind them are
     idempotent but not safe to run twice at once (up.sh tears down a cluster it finds half up).
     The first worker does the work; the others then find it done in seconds."""
-    path = REPO / ".cluster" / f"test-setup-{kind}.lock"
-    path.parent.mkdir(exist_ok=True)
-    with path.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    return file_lock(REPO / ".cluster" / f"test-setup-{kind}.lock")
 
 
 def provision(kind: str) -> Cluster:

@@ -5,7 +5,6 @@ Unit and runtime tests never touch these, so they run without any cluster.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -18,7 +17,14 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import REPO, Cluster, load_images, one_setup_at_a_time, provision
+from tests.cluster import (
+    REPO,
+    Cluster,
+    file_lock,
+    load_images,
+    one_setup_at_a_time,
+    provision,
+)
 
 LOG_DIR = REPO / "test-logs"
 TEST_NAMESPACE_PREFIX = "t-"  # every namespace the `namespace` fixture makes
@@ -67,12 +73,10 @@ def shared(request: pytest.FixtureRequest) -> Iterator[None]:
     runs the test, however pytest is called (xdist_group only schedules, and only with
     `--dist loadgroup`)."""
     names = sorted({str(m.args[0]) for m in request.node.iter_markers("shares")})
+    cluster = os.environ.get("CLUSTER", "local")
     with ExitStack() as held:
         for name in names:
-            path = REPO / ".cluster" / f"test-{name}-{os.environ.get('CLUSTER', 'local')}.lock"
-            path.parent.mkdir(exist_ok=True)
-            lock = held.enter_context(path.open("a"))
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            held.enter_context(file_lock(REPO / ".cluster" / f"test-{name}-{cluster}.lock"))
         yield
 
 

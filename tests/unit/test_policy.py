@@ -10,9 +10,10 @@ from multiworker.decide.nodes import (
     heartbeat_trouble,
     node_trouble,
 )
-from multiworker.decide.observe import ObservedGroup, observe_group
+from multiworker.decide.observe import Classified, ObservedGroup, observe_group
 from multiworker.decide.policy import (
     NO_ACTION,
+    Action,
     ActionKind,
     backoff_seconds,
     broken_group_grace,
@@ -247,6 +248,57 @@ def test_a_symptom_is_a_disruption_when_a_peers_node_had_stopped_renewing_its_le
         assert action.culprit is not None and action.culprit.worker == 1
         assert "worker-1 lost its node: node b last renewed its Lease at 12:00:05" in \
             action.message
+
+
+def _symptom_pass(classified: Classified, finished: float, now: float,
+                  renewed_b: float) -> Action:
+    """worker-2's collective aborts (exit 4) on node a, whose clock reports its end at
+    `finished`; node b last renewed its Lease at `renewed_b` (the operator's clock)."""
+    pods = [PodBuilder(0).running().on_node("a").build(),
+            PodBuilder(1).running().on_node("b").build(),
+            PodBuilder(2).exited(4, finished=finished).on_node("a").build()]
+    observed = observe_group(pods, job=JOB, job_uid=JOB_UID, workers=3, generation=0,
+                             container="tensorflow", classified=classified, now=at(now))
+    trouble = heartbeat_trouble("b", now - renewed_b, at(now))
+    return failure_action(make_spec(), JobStatus(), observed, group_started=True, now=at(now),
+                          troubles={"b": trouble} if trouble else {},
+                          renewals={"a": at(now - 1), "b": at(renewed_b)})
+
+
+def test_a_node_whose_clock_is_slow_does_not_turn_a_peers_node_loss_into_a_counted_restart(
+) -> None:
+    """Node a runs 7 s slow: worker-2's exit at 10 reads 3. Node b stopped renewing at 5 and
+    the operator first saw the exit at 10.5: b's silence began before it, so b's loss broke
+    the group — not the symptom, which a comparison with the kubelet's 3 would blame."""
+    classified = Classified()
+    first = _symptom_pass(classified, finished=3, now=10.5, renewed_b=5)
+    assert first.kind is ActionKind.WAIT
+    later = _symptom_pass(classified, finished=3, now=18, renewed_b=5)
+    assert later.kind is ActionKind.RESTART_GROUP_UNCOUNTED, later
+    assert later.culprit is not None and later.culprit.worker == 1
+
+
+@pytest.mark.parametrize("memory", [True, False])
+def test_a_node_whose_clock_is_an_hour_fast_does_not_make_a_symptom_wait_an_hour(
+    memory: bool
+) -> None:
+    """Node a runs an hour fast: worker-2's exit at 10 reads 3610. The symptom waits its
+    5 s window from when the operator saw it, whatever the node's clock says (without a
+    memory of first sightings: from no later than now)."""
+    classified = Classified() if memory else None
+    def action(now: float) -> Action:
+        pods = [PodBuilder(0).running().build(), PodBuilder(1).running().build(),
+                PodBuilder(2).exited(4, finished=3610).build()]
+        observed = observe_group(pods, job=JOB, job_uid=JOB_UID, workers=3, generation=0,
+                                 container="tensorflow", classified=classified, now=at(now))
+        return failure_action(make_spec(), JobStatus(), observed, group_started=True,
+                              now=at(now))
+    wait = action(10)
+    assert (wait.kind, wait.delay_seconds) == (ActionKind.WAIT, 5)
+    if memory:
+        restart = action(15)
+        assert restart.kind is ActionKind.RESTART_GROUP and restart.culprit is not None
+        assert restart.culprit.worker == 2
 
 
 @pytest.mark.parametrize(("reason", "code", "action", "generation", "own", "grace"), [

@@ -73,6 +73,10 @@ class WorkerState:
     reason: str = ""
     message: str = ""
     since: datetime | None = None  # failed/disrupted: when; pending/starting: pod creation
+    # Failed/disrupted: when this operator first saw it, on its own clock. `since` is the
+    # node's (a kubelet's finishedAt) and only orders blame; windows and comparisons with
+    # Lease arrivals use this, so a node whose clock is off cannot move them.
+    seen_at: datetime | None = None
     uid: str = ""
     terminating: bool = False  # deletion requested
     ip: str = ""  # the pod's IP, where it serves GET /progress
@@ -152,6 +156,7 @@ class Classified:
 
     def __init__(self) -> None:
         self._by_uid: dict[str, tuple[tuple[Any, ...], Sorted]] = {}
+        self._seen: dict[tuple[Any, ...], datetime] = {}  # failures, by pod uid and identity
         self.computed = 0  # pods sorted afresh: what the incremental path saves
 
     def sort(self, pod: Pod, context: tuple[Any, ...]) -> Sorted:
@@ -167,11 +172,19 @@ class Classified:
             self._by_uid[uid] = (seen, found)
         return found
 
+    def first_seen(self, worker: WorkerState, now: datetime) -> datetime:
+        """When this process first saw `worker`'s failure (a new process: now — later than
+        the truth, so a window only ever grows)."""
+        key = (worker.uid, worker.phase, worker.reason, worker.exit_code, worker.since,
+               worker.trainer_restarts)
+        return self._seen.setdefault(key, now)
+
     def retain(self, count: int, uids: Iterable[str]) -> None:
         """Forget the pods that are gone (the job has `count` pods now)."""
-        if len(self._by_uid) > count:
+        if len(self._by_uid) > count or len(self._seen) > count:
             keep = set(uids)
             self._by_uid = {u: v for u, v in self._by_uid.items() if u in keep}
+            self._seen = {k: v for k, v in self._seen.items() if k[0] in keep}
 
 
 def _sort(pod: Pod, job: str, job_uid: str, workers: int, generation: int,
@@ -197,10 +210,12 @@ def _sort(pod: Pod, job: str, job_uid: str, workers: int, generation: int,
 def observe_group(
     pods: Collection[Pod], *, job: str, job_uid: str, workers: int, generation: int,
     container: str, expected: Collection[str] = (), classified: Classified | None = None,
+    now: datetime | None = None,
 ) -> ObservedGroup:
     """Sort the job's pods into the current group (by worker index), stale and foreign pods.
     A pod of `expected` (created, not yet seen by the cache) is pending, not missing.
-    `classified` keeps each pod's place and state between passes (once per pod version)."""
+    `classified` keeps each pod's place and state between passes (once per pod version) and
+    when each failure was first seen (`now`, the operator's clock: WorkerState.seen_at)."""
     current: dict[int, WorkerState] = {}
     stale: list[StalePod] = []
     foreign: list[str] = []
@@ -220,10 +235,22 @@ def observe_group(
             return WorkerState(i, WorkerPhase.PENDING, pod, reason="Creating")
         return WorkerState(index=i, phase=WorkerPhase.MISSING)
 
-    group = tuple(current.get(i) or absent(i) for i in range(workers))
+    group = tuple(_seen(current.get(i) or absent(i), classified, now) for i in range(workers))
     if classified is not None:
         classified.retain(len(pods), (p.get("metadata", {}).get("uid", "") for p in pods))
     return ObservedGroup(generation, group, tuple(stale), tuple(sorted(foreign)))
+
+
+def _seen(worker: WorkerState, classified: Classified | None, now: datetime | None
+          ) -> WorkerState:
+    """`worker` with its seen_at: first seen by this process, or without a memory its own
+    time, never later than now (a node's clock may run ahead)."""
+    if worker.phase not in (WorkerPhase.FAILED, WorkerPhase.DISRUPTED):
+        return worker
+    if classified is not None and now is not None:
+        return replace(worker, seen_at=classified.first_seen(worker, now))
+    seen = worker.since if now is None or worker.since is None else min(worker.since, now)
+    return replace(worker, seen_at=seen or now)
 
 
 def trainer_of(pod: Pod, fallback: str) -> str:

@@ -169,13 +169,15 @@ def failure_action(
     failures = failed_workers(group, group_started)
     if failures:
         worker = first_failure(failures)
-        if _is_symptom(worker) and worker.since is not None:
-            lost = _lost_before(group, troubles or {}, health, worker.since)
+        # On the operator's clock, like the Lease arrivals and `now` (never a node's).
+        seen = worker.seen_at or worker.since
+        if _is_symptom(worker) and seen is not None:
+            lost = _lost_before(group, troubles or {}, health, seen)
             if lost is not None:
                 return disruption_action(spec, status, lost_node_culprit(*lost))
-            wait_until = worker.since + COLLATERAL_WINDOW
-            if _unproven_nodes(group, renewals or {}, worker.since):
-                wait_until = max(wait_until, worker.since + NODE_PROOF_WINDOW)
+            wait_until = seen + COLLATERAL_WINDOW
+            if _unproven_nodes(group, renewals or {}, seen):
+                wait_until = max(wait_until, seen + NODE_PROOF_WINDOW)
             if now < wait_until:
                 return Action(ActionKind.WAIT, delay_seconds=(wait_until - now).total_seconds())
         return _on_failure(spec, status, worker)

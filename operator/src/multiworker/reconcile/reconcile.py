@@ -105,7 +105,7 @@ def reconcile(
     group = observe_group(
         pods, job=name, job_uid=job.uid, workers=job.spec.workers,
         generation=status.group_generation, container=job.spec.template.trainer_container(),
-        expected=expected, classified=classified,
+        expected=expected, classified=classified, now=now,
     )
     troubles = _troubles(cluster, {w.node for w in group.workers} | {s.node for s in group.stale},
                          now)

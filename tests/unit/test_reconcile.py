@@ -776,6 +776,37 @@ def test_a_group_placed_away_from_a_silent_node_is_placed_again_once_the_node_is
                for p in cluster.pods.values())
 
 
+def test_a_flapping_node_cannot_keep_a_group_that_fits_only_with_it_waiting_for_ever() -> None:
+    """node-1 comes back and goes silent again before each new group is made: each group
+    avoids it and is refused. Placing the group again must not restart its start-up clock:
+    the job fails at startupTimeoutSeconds from the first placement, naming the refusal."""
+    cluster = started(health={"nodeLostSeconds": 20, "startupTimeoutSeconds": 120})
+    cluster.silences["node-1"] = 21.0
+    step(cluster, seconds=6)  # generation 1 for the silent node
+    first_placement = None
+    for _ in range(8):
+        step(cluster)  # deletes the old generation
+        cluster.finish_deletions()
+        step(cluster)  # the new group, away from node-1 (silent again)
+        if cluster.status.get("phase") == "Failed":
+            break
+        first_placement = first_placement or cluster.now
+        for i in range(3):
+            cluster.unschedulable(i, "0/1 nodes are available: 1 node(s) didn't match "
+                                     "Pod's node affinity/selector.")
+        step(cluster, seconds=30)  # refused while node-1 is silent
+        cluster.silences["node-1"] = 2.0
+        step(cluster)  # node-1 back: placed again
+        if cluster.status.get("phase") == "Failed":
+            break
+        cluster.silences["node-1"] = 21.0
+    assert cluster.status.get("phase") == "Failed", cluster.events
+    failed = conditions(cluster)["Failed"]
+    assert failed == ("True", "StartupTimeout"), cluster.events
+    assert first_placement is not None and cluster.now - first_placement <= timedelta(seconds=160)
+    assert "could not start within 120s (Unschedulable" in cluster.events[-1][2], cluster.events
+
+
 def test_a_node_back_that_could_never_hold_the_group_does_not_place_it_again() -> None:
     """A GPU group avoided a node whose Lease went silent; that node is a CPU node. When it
     renews its Lease, placing the group again would help nothing and restart its start-up

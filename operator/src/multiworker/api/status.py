@@ -132,6 +132,11 @@ class JobStatus(BaseModel):
     """How the current group was started after a restart: InPlace (the same pods, their
     containers restarted by the kubelet) or Recreate (new pods); the Restarting condition and
     its Event say why Recreate when InPlace was asked for."""
+    placing_since: Time | None = None
+    """While the group is placed again because the scheduler refused it where it was created
+    (ReplaceGroup): when its first placement was made. Its start-up timeout counts from then,
+    so a node that comes and goes cannot keep it waiting longer than
+    spec.health.startupTimeoutSeconds."""
     in_place_since: Time | None = None
     """While the current group is being restarted in place: since when. The old trainers must
     all stop within a bound, else the group is recreated."""

@@ -185,7 +185,7 @@ def failure_action(
     if action.kind is ActionKind.NONE:
         action = lost_node_action(spec, status, group, now, troubles or {}, health)
     if action.kind is ActionKind.NONE:
-        action = startup_action(spec, group, now)
+        action = startup_action(spec, group, now, status.placing_since)
     return action
 
 
@@ -405,14 +405,27 @@ def _starting(group: ObservedGroup) -> list[WorkerState]:
             if w.reason not in (STOPPING_OLD_TRAINER, WAITING_FOR_RELEASE)]
 
 
-def startup_action(spec: MultiWorkerJobSpec, group: ObservedGroup, now: datetime) -> Action:
+def startup_began(group: ObservedGroup, placing_since: datetime | None = None
+                  ) -> datetime | None:
+    """When the start-up of the group's starting workers began: the earliest of their pods'
+    creation (or in-place release), or the first placement of a group placed again."""
+    starts = [w.since for w in _starting(group) if w.since is not None]
+    if placing_since is not None:
+        starts.append(placing_since)
+    return min(starts, default=None)
+
+
+def startup_action(spec: MultiWorkerJobSpec, group: ObservedGroup, now: datetime,
+                   placing_since: datetime | None = None) -> Action:
     """Fail the job when a worker cannot start: at once for what waiting cannot fix, else
-    after spec.health.startupTimeoutSeconds."""
+    after spec.health.startupTimeoutSeconds — counted from the first placement of a group
+    placed again (`placing_since`, status.placingSince)."""
     timeout = spec.health.startup_timeout_seconds
     for worker in _starting(group):
+        began = min(filter(None, (worker.since, placing_since)), default=None)
         overdue = (
-            timeout is not None and worker.since is not None
-            and now - worker.since >= timedelta(seconds=timeout)
+            timeout is not None and began is not None
+            and now - began >= timedelta(seconds=timeout)
         )
         if worker.reason in FAIL_AT_ONCE_WAITING_REASONS or overdue:
             within = f"within {timeout}s" if overdue else "and waiting will not help"
@@ -420,19 +433,20 @@ def startup_action(spec: MultiWorkerJobSpec, group: ObservedGroup, now: datetime
             culprit = Culprit(worker.index, worker.reason,
                               f"worker-{worker.index} could not start {within} "
                               f"({worker.reason}{detail})", message=worker.message,
-                              since=worker.since)
+                              since=began)
             return Action(ActionKind.FAIL_JOB, Reason.STARTUP_TIMEOUT, culprit.description,
                           culprit)
     return NO_ACTION
 
 
-def startup_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup) -> datetime | None:
+def startup_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup,
+                     placing_since: datetime | None = None) -> datetime | None:
     """When the earliest starting worker runs out of spec.health.startupTimeoutSeconds."""
     timeout = spec.health.startup_timeout_seconds
-    starts = [w.since for w in _starting(group) if w.since is not None]
-    if timeout is None or not starts:
+    if timeout is None or not _starting(group):
         return None
-    return min(starts) + timedelta(seconds=timeout)
+    began = startup_began(group, placing_since)
+    return began + timedelta(seconds=timeout) if began is not None else None
 
 
 def replacement_action(group: ObservedGroup, troubles: Mapping[str, NodeTrouble],

@@ -364,7 +364,7 @@ def compute_status(p: Pass) -> Flow:
         return Flow.CONTINUE
     reason, message = p.blocked or still_blocked(p) or why_not_placed(p) or waiting_for(p)
     not_running(p, reason, message)
-    p.wake_at(startup_deadline(p.job.spec, group))
+    p.wake_at(startup_deadline(p.job.spec, group, p.status.placing_since))
     return Flow.CONTINUE
 
 

@@ -15,7 +15,7 @@ from multiworker.api.status import FailureRecord, JobStatus, Phase
 from multiworker.clients import metrics
 from multiworker.decide.inplace import in_place_blocker
 from multiworker.decide.observe import WorkerPhase
-from multiworker.decide.policy import Action, ActionKind
+from multiworker.decide.policy import Action, ActionKind, startup_began
 from multiworker.reconcile.context import Pass
 from multiworker.reconcile.events import gist, is_problem
 from multiworker.reconcile.gang import gang_enabled
@@ -57,6 +57,7 @@ def restart_group(p: Pass, action: Action) -> None:
         if action.delay_seconds else None
     if not replacing:
         s.recovering_since = s.recovering_since or p.now
+    s.placing_since = (s.placing_since or startup_began(p.group) or p.now) if replacing else None
     if action.pin_image is not None:
         s.pinned_image = action.pin_image
     forget_group(s)
@@ -123,6 +124,7 @@ def finish(p: Pass, phase: Phase, action: Action) -> None:
     s = p.status
     s.completion_time = p.now
     s.restart_after = s.recovering_since = s.blocked_since = s.in_place_since = None
+    s.placing_since = None
     s.stragglers = []
     if phase is Phase.FAILED:
         if action.culprit is not None:
@@ -198,6 +200,7 @@ def group_running(p: Pass) -> None:
     n, generation = len(p.group.workers), s.group_generation
     p.condition(Type.RUNNING, "True", Reason.ALL_WORKERS_RUNNING,
                 f"all {n} workers of generation {generation} are running")
+    s.placing_since = None
     if s.recovering_since is not None:
         seconds = round((p.now - s.recovering_since).total_seconds(), 3)
         s.last_recovery_seconds, s.recovering_since = seconds, None

@@ -6,7 +6,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from multiworker.decide.gpus import GpuRequestError, gpus_per_worker, place
+from multiworker.decide.gpus import GpuRequestError, gpus_per_worker, held_gpus, place
 from multiworker.decide.quantity import parse, parse_or_zero
 
 
@@ -43,6 +43,39 @@ def test_place(nodes: list[dict[str, Any]], workers: int, gpus: int, wanted: str
         assert placement.problem is None
     else:
         assert placement.problem is not None and placement.problem.startswith(problem)
+
+
+def pod(node: str | None, gpus: int, owner: str = "other", phase: str = "Running"
+        ) -> dict[str, Any]:
+    return {"metadata": {"ownerReferences": [{"uid": owner, "controller": True}]},
+            "spec": {"nodeName": node, "containers": [
+                {"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": phase}}
+
+
+def named(name: str, product: str, gpus: int) -> dict[str, Any]:
+    found = node(product, gpus)
+    found["metadata"]["name"] = name
+    return found
+
+
+@pytest.mark.parametrize(("held", "product"), [
+    ({}, "T4"),  # nothing held: the most capacity
+    ({"t1": 8, "t2": 8}, "A100"),  # T4 taken by other pods: A100's free GPUs hold the group
+    ({"t1": 8, "t2": 8, "a1": 4}, "T4"),  # neither free: the most capacity, and wait there
+])
+def test_place_prefers_a_product_whose_free_gpus_hold_the_group(
+    held: dict[str, int], product: str
+) -> None:
+    nodes = [named("a1", "A100", 4), named("a2", "A100", 4),
+             named("t1", "T4", 8), named("t2", "T4", 8)]
+    assert place(nodes, 3, 2, None, held).product == product
+
+
+def test_held_gpus_counts_other_pods_that_hold_their_node() -> None:
+    pods = [pod("n1", 2), pod("n1", 1), pod("n2", 4, owner="job"), pod(None, 8),
+            pod("n2", 3, phase="Succeeded"), pod("n3", 1, phase="Pending")]
+    assert held_gpus(pods, "job") == {"n1": 3, "n3": 1}
 
 
 def test_gpus_per_worker_sums_containers_limits_or_requests() -> None:

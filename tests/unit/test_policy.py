@@ -10,7 +10,13 @@ from multiworker.decide.nodes import (
     heartbeat_trouble,
     node_trouble,
 )
-from multiworker.decide.observe import Classified, ObservedGroup, observe_group
+from multiworker.decide.observe import (
+    Classified,
+    ObservedGroup,
+    WorkerPhase,
+    WorkerState,
+    observe_group,
+)
 from multiworker.decide.policy import (
     NO_ACTION,
     Action,
@@ -19,6 +25,7 @@ from multiworker.decide.policy import (
     broken_group_grace,
     failure_action,
     lost_node_deadline,
+    product_full_action,
     refused_start_action,
     replacement_action,
     startup_deadline,
@@ -299,6 +306,33 @@ def test_a_node_whose_clock_is_an_hour_fast_does_not_make_a_symptom_wait_an_hour
         restart = action(15)
         assert restart.kind is ActionKind.RESTART_GROUP and restart.culprit is not None
         assert restart.culprit.worker == 2
+
+
+GPUS_SHORT = "0/4 nodes are available: 2 Insufficient nvidia.com/gpu, 2 node(s) didn't match"
+
+
+@pytest.mark.parametrize(("message", "wanted", "free", "kind"), [
+    (GPUS_SHORT, None, {"T4": 0, "A100": 3}, ActionKind.REPLACE_GROUP),  # A100 holds it whole
+    (GPUS_SHORT, None, {"T4": 0, "A100": 2}, ActionKind.NONE),  # A100 holds only part of it
+    (GPUS_SHORT, None, {"T4": 3, "A100": 3}, ActionKind.NONE),  # T4 frees up: stay
+    (GPUS_SHORT, "T4", {"T4": 0, "A100": 3}, ActionKind.NONE),  # the spec names T4
+    ("0/4 nodes are available: 4 Insufficient memory", None, {"T4": 0, "A100": 3},
+     ActionKind.NONE),  # not short of GPUs: another product would not help
+])
+def test_a_group_refused_for_gpus_moves_to_a_product_with_room(
+    message: str, wanted: str | None, free: dict[str, int], kind: ActionKind
+) -> None:
+    pods = [PodBuilder(0).running(), PodBuilder(1).running(), PodBuilder(2)]
+    observed = group(*pods)
+    pending = observed.workers[2]
+    observed = ObservedGroup(0, (*observed.workers[:2], WorkerState(
+        2, WorkerPhase.PENDING, pending.pod, reason="Unschedulable", message=message)))
+    action = product_full_action(observed, "T4", wanted, free)
+    assert action.kind is kind
+    if kind is ActionKind.REPLACE_GROUP:
+        assert action.message == ("worker-2 cannot be scheduled on T4 (other pods hold its "
+                                  "GPUs) and A100 has room for all 3 workers: placing the "
+                                  "group again there")
 
 
 @pytest.mark.parametrize(("reason", "code", "action", "generation", "own", "grace"), [

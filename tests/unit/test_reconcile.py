@@ -807,6 +807,37 @@ def test_a_flapping_node_cannot_keep_a_group_that_fits_only_with_it_waiting_for_
     assert "could not start within 120s (Unschedulable" in cluster.events[-1][2], cluster.events
 
 
+def test_a_group_refused_on_a_full_gpu_product_is_placed_again_on_one_with_room() -> None:
+    """The group went to T4 (the most capacity); another job took T4's GPUs before the
+    scheduler bound it. A100 has room for all three workers: the group moves there instead
+    of waiting for T4 until startupTimeoutSeconds, spending nothing."""
+    cluster = make(template=GPU_TEMPLATE)
+    cluster.nodes = {"a": gpu_node("a", "A100", 3), "b": gpu_node("b", "T4", 4)}
+    step(cluster)
+    assert cluster.status["gpuProduct"] == "T4"
+    cluster.pods["other-job-0"] = {
+        "metadata": {"name": "other-job-0", "namespace": "elsewhere", "uid": "u-other",
+                     "labels": {}},
+        "spec": {"nodeName": "b", "containers": [
+            {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "3"}}}]},
+        "status": {"phase": "Running"}}
+    for i in range(3):
+        cluster.unschedulable(i, "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 "
+                                 "node(s) didn't match Pod's node affinity/selector.")
+    step(cluster)
+    status = cluster.status
+    assert (status["groupGeneration"], status.get("restarts", 0),
+            status.get("disruptions", 0)) == (1, 0, 0), cluster.events
+    assert cluster.events[-1][:2] == ("Normal", "GpuProductFull"), cluster.events
+    assert "A100 has room for all 3 workers" in cluster.events[-1][2]
+    step(cluster)
+    cluster.finish_deletions()
+    step(cluster)
+    assert cluster.status["gpuProduct"] == "A100", cluster.events
+    assert {p["spec"]["nodeSelector"]["nvidia.com/gpu.product"] for n, p in cluster.pods.items()
+            if n in PODS} == {"A100"}
+
+
 def test_a_node_back_that_could_never_hold_the_group_does_not_place_it_again() -> None:
     """A GPU group avoided a node whose Lease went silent; that node is a CPU node. When it
     renews its Lease, placing the group again would help nothing and restart its start-up

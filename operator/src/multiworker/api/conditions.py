@@ -76,6 +76,7 @@ class Reason(StrEnum):
     IN_PLACE_ABANDONED = "InPlaceRestartAbandoned"
     IN_PLACE_RELEASED = "InPlaceRestartReleased"
     AVOIDED_NODE_BACK = "AvoidedNodeBack"
+    GPU_PRODUCT_FULL = "GpuProductFull"
 
 
 # Setting the key condition to True switches these off (when present and True).

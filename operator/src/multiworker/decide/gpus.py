@@ -2,8 +2,9 @@
 that mixes GPU models trains at the pace of the slowest (or fails on a kernel one model lacks);
 where nodes carry NVIDIA's product label, every worker of a group goes to one product.
 
-The choice is by capacity (allocatable GPUs of Ready nodes), made for each new group; what
-other pods use right now is left to the scheduler, whose verdict shows as usual.
+The choice is made for each new group: among the products whose capacity (allocatable GPUs of
+Ready nodes) holds it, one whose GPUs other pods leave free, else the one with most capacity
+(where it waits for the scheduler, whose verdict shows as usual).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from multiworker.decide.ownership import controlled_by
+from multiworker.decide.placement import holds_resources, pod_request
 from multiworker.decide.quantity import parse, parse_or_zero
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -55,12 +58,32 @@ def gpus_per_worker(template: Manifest) -> int:
     return int(total)
 
 
-def place(nodes: Iterable[Manifest], workers: int, gpus: int, wanted: str | None) -> Placement:
-    """The product for a group of `workers` × `gpus`: `wanted` if given (checked), else the
-    product with the most room among those that can hold the whole group."""
+def held_gpus(pods: Iterable[Manifest], job_uid: str) -> dict[str, int]:
+    """GPUs that other pods hold, by node: bound and not finished; never the job's own (its
+    old generation's pods are on their way out)."""
+    held: dict[str, int] = {}
+    for pod in pods:
+        if holds_resources(pod) and not controlled_by(pod.get("metadata") or {}, job_uid):
+            node = pod["spec"]["nodeName"]
+            held[node] = held.get(node, 0) + int(pod_request(pod, GPU_RESOURCE))
+    return held
+
+
+def free_room(nodes: Iterable[Manifest], gpus: int, held: Mapping[str, int]) -> dict[str, int]:
+    """Workers of `gpus` GPUs each that fit, by product, in what other pods leave free."""
+    return _room(nodes, gpus, held) if gpus > 0 else {}
+
+
+def place(nodes: Iterable[Manifest], workers: int, gpus: int, wanted: str | None,
+          held: Mapping[str, int] | None = None) -> Placement:
+    """The product for a group of `workers` × `gpus`: `wanted` if given (checked), else among
+    the products that can hold the whole group one whose free GPUs do (`held`: what other
+    pods hold, by node), then the one with the most room."""
     if gpus <= 0:
         return Placement(None)
+    nodes = list(nodes)
     room = _room(nodes, gpus)
+    free = _room(nodes, gpus, held) if held is not None else room
     if wanted is not None:
         if room.get(wanted, 0) >= workers:
             return Placement(wanted)
@@ -68,7 +91,8 @@ def place(nodes: Iterable[Manifest], workers: int, gpus: int, wanted: str | None
                                  f"{room.get(wanted, 0)} of {workers} workers × {gpus} GPUs")
     if not room:
         return Placement(None)  # no node carries the label: nothing to keep apart
-    fitting = sorted((p for p, n in room.items() if n >= workers), key=lambda p: (-room[p], p))
+    fitting = sorted((p for p, n in room.items() if n >= workers),
+                     key=lambda p: (free.get(p, 0) < workers, -room[p], p))
     if fitting:
         return Placement(fitting[0])
     holds = ", ".join(f"{p} holds {n}" for p, n in sorted(room.items()))
@@ -76,16 +100,20 @@ def place(nodes: Iterable[Manifest], workers: int, gpus: int, wanted: str | None
                            f"GPUs ({holds}); workers of one group never mix GPU models")
 
 
-def _room(nodes: Iterable[Manifest], gpus: int) -> dict[str, int]:
-    """Workers of `gpus` GPUs each that fit, by product, on Ready schedulable nodes."""
+def _room(nodes: Iterable[Manifest], gpus: int, held: Mapping[str, int] | None = None
+          ) -> dict[str, int]:
+    """Workers of `gpus` GPUs each that fit, by product, on Ready schedulable nodes (less
+    what `held` says other pods hold there)."""
     room: dict[str, int] = {}
     for node in nodes:
-        product = ((node.get("metadata") or {}).get("labels") or {}).get(PRODUCT_LABEL)
+        meta = node.get("metadata") or {}
+        product = (meta.get("labels") or {}).get(PRODUCT_LABEL)
         if not product or not _usable(node):
             continue
         allocatable = int(parse_or_zero(((node.get("status") or {}).get("allocatable") or {})
                                         .get(GPU_RESOURCE) or 0))
-        room[product] = room.get(product, 0) + allocatable // gpus
+        available = max(0, allocatable - (held or {}).get(meta.get("name", ""), 0))
+        room[product] = room.get(product, 0) + available // gpus
     return room
 
 

@@ -17,6 +17,7 @@ from multiworker.api.conditions import Reason
 from multiworker.api.contract import PEER_FAILURE_EXIT_CODES
 from multiworker.api.spec import ExitCodeAction, ImageSkewPolicy, MultiWorkerJobSpec, SuccessPolicy
 from multiworker.api.status import FailureRecord, JobStatus
+from multiworker.decide.gpus import GPU_RESOURCE
 from multiworker.decide.hang import Stall
 from multiworker.decide.nodes import HEARTBEAT_STALE, STALE_HEARTBEAT_SECONDS, NodeTrouble
 from multiworker.decide.observe import (
@@ -472,6 +473,31 @@ def replacement_action(group: ObservedGroup, troubles: Mapping[str, NodeTrouble]
     if refused:
         return Action(ActionKind.WAIT, delay_seconds=AVOIDED_NODE_RECHECK_SECONDS)
     return NO_ACTION
+
+
+def product_full_action(group: ObservedGroup, product: str | None, wanted: str | None,
+                        free: Mapping[str, int]) -> Action:
+    """Place the group again on another GPU product when the scheduler refuses a worker for
+    want of GPUs on the product it was placed on — other pods took them after it was chosen —
+    and another product's free GPUs (`free`: workers that fit, by product, in what other pods
+    leave) hold the whole group while this one's do not. Not for a product the spec names
+    (`wanted`). None of it ran: nothing is spent, and the start-up clock runs on
+    (status.placingSince)."""
+    if wanted is not None or product is None:
+        return NO_ACTION
+    short = next((w for w in group.with_phase(WorkerPhase.PENDING)
+                  if f"Insufficient {GPU_RESOURCE}" in w.message), None)
+    workers = len(group.workers)
+    if short is None or free.get(product, 0) >= workers:
+        return NO_ACTION
+    roomy = sorted((p for p, n in free.items() if p != product and n >= workers),
+                   key=lambda p: (-free[p], p))
+    if not roomy:
+        return NO_ACTION
+    return Action(
+        ActionKind.REPLACE_GROUP, Reason.GPU_PRODUCT_FULL,
+        f"worker-{short.index} cannot be scheduled on {product} (other pods hold its GPUs) "
+        f"and {roomy[0]} has room for all {workers} workers: placing the group again there")
 
 
 def _chief_succeeded(group: ObservedGroup) -> Action:

@@ -12,7 +12,7 @@ from multiworker.api import names
 from multiworker.api.conditions import Reason, Type, find
 from multiworker.api.status import Phase
 from multiworker.clients.kube import Created, RefusalKind, Refused
-from multiworker.decide.gpus import GpuRequestError, gpus_per_worker, place
+from multiworker.decide.gpus import GpuRequestError, gpus_per_worker, held_gpus, place
 from multiworker.decide.inplace import agent_blocker
 from multiworker.decide.observe import WorkerPhase
 from multiworker.decide.ownership import Owned, ownership
@@ -203,7 +203,8 @@ def _place_group(p: Pass) -> bool:
     except GpuRequestError as e:
         finish(p, Phase.FAILED, Action(ActionKind.FAIL_JOB, Reason.INVALID_POD_TEMPLATE, str(e)))
         return False
-    placement = place(p.cluster.cached_nodes(), spec.workers, gpus, spec.gpu_product)
+    held = held_gpus(p.cluster.cached_all_pods(), p.job.uid) if gpus > 0 else None
+    placement = place(p.cluster.cached_nodes(), spec.workers, gpus, spec.gpu_product, held)
     if placement.problem is not None:
         return _hold_back(p, Reason.NO_GPU_PRODUCT, placement.problem)
     s.gpu_product = placement.product

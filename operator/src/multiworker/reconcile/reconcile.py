@@ -28,6 +28,13 @@ from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus, par
 from multiworker.clients.agents import AgentNote
 from multiworker.clients.kube import Conflict, GenerationDeletion, Gone, PodDeletion, PodPatch
 from multiworker.decide.fit import may_host
+from multiworker.decide.gpus import (
+    GPU_RESOURCE,
+    GpuRequestError,
+    free_room,
+    gpus_per_worker,
+    held_gpus,
+)
 from multiworker.decide.hang import find_stall
 from multiworker.decide.inplace import STOP_BOUND, stop_deadline
 from multiworker.decide.nodes import NodeTrouble, combined, heartbeat_trouble, node_trouble
@@ -41,6 +48,8 @@ from multiworker.decide.observe import (
     observe_group,
 )
 from multiworker.decide.policy import (
+    NO_ACTION,
+    Action,
     ActionKind,
     broken_group_grace,
     failure_action,
@@ -49,6 +58,7 @@ from multiworker.decide.policy import (
     lost_nodes,
     node_lost,
     node_lost_at,
+    product_full_action,
     replacement_action,
     startup_deadline,
     success_action,
@@ -333,8 +343,12 @@ def failure_policy(p: Pass) -> Flow:
 
 
 def placement_policy(p: Pass) -> Flow:
-    """A group the scheduler refuses while a node it was created to avoid is back is placed
-    again (policy.replacement_action); until then the pass looks again every few seconds."""
+    """A group the scheduler refuses is placed again where it would fit: on another GPU
+    product once its own is full (policy.product_full_action), or once a node it was created
+    to avoid is back (policy.replacement_action; until then the pass looks again every few
+    seconds)."""
+    if apply(p, _product_full_action(p)):
+        return Flow.DONE
     avoided = {node for w in p.group.workers for node in w.avoided_nodes}
     if not avoided:
         return Flow.CONTINUE
@@ -345,6 +359,20 @@ def placement_policy(p: Pass) -> Flow:
     action = replacement_action(p.group, _troubles(p.cluster, avoided, p.now), could_host)
     apply(p, action)
     return Flow.DONE if action.kind is ActionKind.REPLACE_GROUP else Flow.CONTINUE
+
+
+def _product_full_action(p: Pass) -> Action:
+    spec, product = p.job.spec, p.status.gpu_product
+    if spec.gpu_product is not None or product is None or \
+            not any(GPU_RESOURCE in w.message for w in p.group.with_phase(WorkerPhase.PENDING)):
+        return NO_ACTION
+    try:
+        gpus = gpus_per_worker(spec.template.as_dict())
+    except GpuRequestError:
+        return NO_ACTION  # placed without GPUs: nothing to move
+    free = free_room(p.cluster.cached_nodes(), gpus,
+                     held_gpus(p.cluster.cached_all_pods(), p.job.uid))
+    return product_full_action(p.group, product, spec.gpu_product, free)
 
 
 def hang_policy(p: Pass) -> Flow:

@@ -61,7 +61,7 @@ def restart_group(p: Pass, action: Action) -> None:
     if action.pin_image is not None:
         s.pinned_image = action.pin_image
     forget_group(s)
-    why_not = "the pods' node affinity must change" if replacing else _why_not_in_place(p)
+    why_not = "the pods' placement must change" if replacing else _why_not_in_place(p)
     s.restart_path = RECREATE if why_not else IN_PLACE
     s.in_place_since = None if why_not else p.now
     if why_not is None:

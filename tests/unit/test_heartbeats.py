@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from multiworker.clients.heartbeats import Heartbeats, slim_lease
+from multiworker.decide.nodes import mass_silence_since
 
 
 def lease(node: str, renewed: str, version: str = "1") -> dict[str, Any]:
@@ -71,3 +73,40 @@ def test_silence_counts_only_while_the_lease_watch_is_up() -> None:
     assert beats.silent(["a"], 12) == {"a"}  # renewals stopped while it was watching
     beats.on_lease("MODIFIED", lease("a", "t0"), lease("a", "t1", "2"))
     assert beats.silence("a") == 0
+
+
+@pytest.mark.parametrize(("seen", "now", "since"), [
+    ([0, 0, 0], 11, None),  # not yet stale
+    ([0, 0, 0], 12, 0),  # all three silent 12 s: the watch or the control plane, not nodes
+    ([0, 0], 30, None),  # two nodes never make a mass silence (more than two, as the node
+                         # lifecycle controller counts)
+    ([0, 5, 8, 20, 21], 19, None),  # the third of five is not yet 12 s silent
+    ([0, 5, 8, 20, 21], 25, 8),  # three of five (55 %) silent since 8 at the latest
+    ([0, 20, 20, 20, 21], 25, None),  # one node of five silent: a node loss, trusted
+    ([0, 1] + [20] * 8, 25, None),  # two of ten
+])
+def test_a_mass_silence_is_many_nodes_silent_at_once(
+    seen: list[float], now: float, since: float | None
+) -> None:
+    assert mass_silence_since(sorted(seen), now) == since
+
+
+def test_a_watch_that_stays_open_and_delivers_nothing_makes_no_node_look_lost() -> None:
+    """etcd frozen under the API server: the Lease watch stays up and delivers nothing, so
+    every node falls silent at once. Silence stops growing at the mass silence and, once
+    renewals flow again, counts from its end — the nodes that renew a few seconds later are
+    not lost meanwhile; one that never renews again is, from then."""
+    clock = Clock()
+    beats = Heartbeats(clock)
+    for node in "abcd":
+        beats.on_lease("ADDED", None, lease(node, "t0"))
+    clock.now += 30  # etcd frozen for 30 s
+    assert beats.silent(None, 12) == set() and beats.silence("a") == 0
+    beats.on_lease("MODIFIED", lease("a", "t0"), lease("a", "t1", "2"))
+    beats.on_lease("MODIFIED", lease("b", "t0"), lease("b", "t1", "2"))  # 2 of 4 silent: over
+    clock.now += 8
+    assert beats.silence("c") == 8 and beats.silent(None, 12) == set()
+    for node in "abc":  # a and b renew again, c for the first time since
+        beats.on_lease("MODIFIED", lease(node, "t1"), lease(node, "t2", "3"))
+    clock.now += 5
+    assert beats.silent(None, 12) == {"d"}  # renewals flowed for 13 s, d's never came

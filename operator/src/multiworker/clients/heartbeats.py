@@ -10,7 +10,10 @@ as a float per node.
 Silence means renewals stopped while the watch was up: a watch that fails (an API server
 restarting; its retries back off up to 30 s) hears nothing of any node, which says nothing of
 the nodes. So silence stops growing when the watch fails, and counts again only from when it
-is back (watch_state, from the Lease informer).
+is back (watch_state, from the Lease informer). A watch can also stay open and deliver nothing
+(etcd frozen): when many nodes go silent at once (nodes.mass_silence_since) the same holds
+until renewals end it. A real loss of most nodes then shows through the Node objects (NotReady,
+~50 s) instead.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS, mass_silence_since
 
 Manifest = dict[str, Any]
 
@@ -38,12 +43,15 @@ class Heartbeats:
     """When each node's Lease was last seen renewed, by the operator's own clock. Fed by the
     Lease informer's events; read by reconcile passes (threads) as seconds of silence."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 stale: float = STALE_HEARTBEAT_SECONDS) -> None:
         self._clock = clock
+        self._stale = stale
         self._seen: dict[str, float] = {}
+        self._ordered: list[float] | None = None  # _seen's times, oldest first (lazily)
         self._lock = threading.Lock()
         self._down_since: float | None = None  # the watch failed then, and is not back yet
-        self._back_at = float("-inf")  # the watch last came back then
+        self._back_at = float("-inf")  # the watch (or a mass silence) last ended then
 
     def watch_state(self, up: bool) -> None:
         """The Lease watch failed (False) or is delivering again (True)."""
@@ -53,9 +61,19 @@ class Heartbeats:
             elif self._down_since is not None:
                 self._down_since, self._back_at = None, self._clock()
 
-    def _silence(self, seen: float, now: float) -> float:
-        """Seconds of watched silence since `seen` (lock held)."""
-        until = now if self._down_since is None else self._down_since
+    def _suspect_since(self, now: float) -> float | None:
+        """Since when the watch is not to be trusted: failed, or many nodes silent at once
+        (lock held)."""
+        if self._ordered is None:
+            self._ordered = sorted(self._seen.values())
+        mass = mass_silence_since(self._ordered, now, self._stale)
+        if mass is None or self._down_since is None:
+            return self._down_since if mass is None else mass
+        return min(mass, self._down_since)
+
+    def _silence(self, seen: float, now: float, suspect: float | None) -> float:
+        """Seconds of trusted silence since `seen` (lock held)."""
+        until = now if suspect is None else suspect
         return max(0.0, until - max(seen, self._back_at))
 
     def on_lease(self, kind: str, old: Manifest | None, new: Manifest | None) -> str | None:
@@ -63,30 +81,36 @@ class Heartbeats:
         when this was one, else None."""
         lease = new or old or {}
         node = str((lease.get("metadata") or {}).get("name", ""))
+        now = self._clock()
         with self._lock:
+            if new is not None and old is not None and _renewed(old) == _renewed(new):
+                return None
+            suspected = self._suspect_since(now) is not None
             if new is None:
                 self._seen.pop(node, None)
-                return None
-            if old is not None and _renewed(old) == _renewed(new):
-                return None
-            self._seen[node] = self._clock()
-        return node
+            else:
+                self._seen[node] = now
+            self._ordered = None
+            if suspected and self._suspect_since(now) is None:
+                self._back_at = now  # a mass silence ended: the rest count from here
+        return node if new is not None else None
 
     def silence(self, node: str) -> float | None:
         """Seconds since `node`'s Lease was last seen renewed; None: no Lease seen."""
         now = self._clock()
         with self._lock:
             seen = self._seen.get(node)
-            return None if seen is None else self._silence(seen, now)
+            return None if seen is None else self._silence(seen, now, self._suspect_since(now))
 
     def silent(self, nodes: Iterable[str] | None, seconds: float) -> set[str]:
         """Those of `nodes` (None: every node with a Lease) whose Lease has not been seen
         renewed for `seconds` or more."""
         now = self._clock()
         with self._lock:
+            suspect = self._suspect_since(now)
             names = self._seen if nodes is None else nodes
             return {n for n in names if (seen := self._seen.get(n)) is not None
-                    and self._silence(seen, now) >= seconds}
+                    and self._silence(seen, now, suspect) >= seconds}
 
 
 def _renewed(lease: Manifest) -> Any:

@@ -8,7 +8,8 @@ one worker's node is gone, so the operator acts after spec.health.nodeLostSecond
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,6 +23,12 @@ Node = Mapping[str, Any]
 KUBELET_RENEW_SECONDS = 10.0
 STALE_HEARTBEAT_SECONDS = KUBELET_RENEW_SECONDS + 2.0
 HEARTBEAT_STALE = "HeartbeatStale"
+# When more than two nodes, and at least this share of them, go silent at once, suspect the
+# watch or the control plane (a frozen etcd, an API server that hangs), not the nodes: the
+# node lifecycle controller's own line for a zone in PartialDisruption
+# (kube-controller-manager --unhealthy-zone-threshold 0.55, more than 2 nodes NotReady).
+MASS_SILENCE_SHARE = 0.55
+MASS_SILENCE_MIN_NODES = 3
 
 _TAINTS = {"node.kubernetes.io/unreachable": "Unreachable",
            "node.kubernetes.io/not-ready": "NotReady"}
@@ -98,6 +105,19 @@ def node_trouble(name: str, node: Node | None) -> NodeTrouble | None:
             # until then their timeAdded dates the outage that just ended, not a current one.
             since = since or (None if ready else _time(taint.get("timeAdded")))
     return NodeTrouble(name, reason, since, message) if reason is not None else None
+
+
+def mass_silence_since(ordered_seen: Sequence[float], now: float,
+                       stale: float = STALE_HEARTBEAT_SECONDS) -> float | None:
+    """Since when nothing is heard from many nodes at once (MASS_SILENCE_SHARE of them `stale`
+    seconds silent), by the operator's clock: the last renewal heard from any of them — the
+    silence after it says nothing of the nodes. None while too few are silent.
+    `ordered_seen`: when each node's Lease was last seen renewed, oldest first."""
+    need = max(MASS_SILENCE_MIN_NODES, math.ceil(MASS_SILENCE_SHARE * len(ordered_seen)))
+    if len(ordered_seen) < need:
+        return None
+    last_heard = ordered_seen[need - 1]
+    return last_heard if last_heard + stale <= now else None
 
 
 def _time(value: str | None) -> datetime | None:

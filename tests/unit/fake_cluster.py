@@ -51,6 +51,8 @@ class FakeCluster:
         self.live_nodes: dict[str, Manifest] = {}  # nodes as the API has them now, if newer
         self.node_reads: list[str] = []
         self.silences: dict[str, float] = {}  # seconds since a node's Lease was seen renewed
+        self.renewed_in_api: set[str] = set()  # Leases renewed that the watch has not shown
+        self.lease_reads: list[str] = []
         self.objects: dict[str, Manifest] = {}  # PodGroups, by name
         self.served = True  # the PodGroup API
         self.fail_status_writes = 0
@@ -75,6 +77,12 @@ class FakeCluster:
 
     def heartbeat_silence(self, node: str) -> float | None:
         return self.silences.get(node)
+
+    def reread_lease(self, node: str) -> None:
+        """The API's Lease: one in `renewed_in_api` was renewed although the watch is silent."""
+        self.lease_reads.append(node)
+        if node in self.renewed_in_api:
+            self.silences[node] = 0.0
 
     def silent_nodes(self) -> set[str]:
         return {node for node, seconds in self.silences.items()

@@ -120,7 +120,7 @@ def test_only_the_operators_own_lease_can_be_read_or_updated(tmp_path: Path) -> 
                 if "leases" not in rule["resources"]:
                     continue
                 if role["metadata"].get("namespace") == "kube-node-lease":
-                    assert set(rule["verbs"]) == {"list", "watch"}, rule
+                    assert set(rule["verbs"]) == {"get", "list", "watch"}, rule
                 elif set(rule["verbs"]) - {"create"}:
                     assert rule.get("resourceNames") == [names.LEASE_NAME], rule
 

@@ -110,3 +110,15 @@ def test_a_watch_that_stays_open_and_delivers_nothing_makes_no_node_look_lost() 
         beats.on_lease("MODIFIED", lease(node, "t1"), lease(node, "t2", "3"))
     clock.now += 5
     assert beats.silent(None, 12) == {"d"}  # renewals flowed for 13 s, d's never came
+
+
+def test_a_lease_read_from_the_api_counts_only_if_renewed_since_the_watch_showed_it() -> None:
+    clock = Clock()
+    beats = Heartbeats(clock)
+    beats.on_lease("ADDED", None, lease("a", "t0"))
+    clock.now += 20
+    assert not beats.confirm(lease("a", "t0"))  # the same renewal: still silent
+    assert beats.silence("a") == 20
+    assert beats.confirm(lease("a", "t1", "2"))  # renewed; the watch had not shown it
+    assert beats.silence("a") == 0
+    assert beats.confirm(lease("b", "t0"))  # a Lease the watch never showed: renewed now

@@ -740,6 +740,17 @@ def test_pods_on_a_lost_node_are_force_deleted_at_once_only_where_the_fence_guar
         assert len([r for _, r, _ in cluster.events if r == "StalePodForceDeleted"]) == 3
 
 
+def test_a_lease_the_watch_has_not_shown_renewed_is_read_before_a_silent_node_is_lost() -> None:
+    """node-1 looks silent for 25 s (the watch lags or stalled) but its Lease in the API was
+    renewed: read once more before acting, it is up, and the group keeps training."""
+    cluster = started(health={"nodeLostSeconds": 20})
+    cluster.silences["node-1"] = 25.0
+    cluster.renewed_in_api.add("node-1")
+    step(cluster)
+    assert cluster.lease_reads == ["node-1"]
+    assert (cluster.status["groupGeneration"], cluster.status.get("disruptions", 0)) == (0, 0)
+
+
 def test_a_group_placed_away_from_a_silent_node_is_placed_again_once_the_node_is_back() -> None:
     """The group restarted for node-1's silent Lease is created away from node-1; a group
     that fits only there is refused by the scheduler. Its pods' affinity cannot change: once

@@ -77,8 +77,9 @@ against the code's REST calls; the e2e suite runs the operator under it.
 {{/* Rules in kube-node-lease, in every mode: the nodes' heartbeats. */}}
 {{- define "mwo.rbac.nodeLeaseRules" -}}
 # Node Leases: watched so that a worker whose node stopped renewing its Lease (every 10 s)
-# restarts its group long before the node turns NotReady (50 s); read only, in this namespace.
+# restarts its group long before the node turns NotReady (50 s), and read once more before
+# acting on one that looks silent; read only, in this namespace.
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
-  verbs: [list, watch]
+  verbs: [get, list, watch]
 {{- end }}

@@ -48,6 +48,7 @@ class Heartbeats:
         self._clock = clock
         self._stale = stale
         self._seen: dict[str, float] = {}
+        self._renew_times: dict[str, Any] = {}  # the renewTime last seen, by node
         self._ordered: list[float] | None = None  # _seen's times, oldest first (lazily)
         self._lock = threading.Lock()
         self._down_since: float | None = None  # the watch failed then, and is not back yet
@@ -88,12 +89,23 @@ class Heartbeats:
             suspected = self._suspect_since(now) is not None
             if new is None:
                 self._seen.pop(node, None)
+                self._renew_times.pop(node, None)
             else:
                 self._seen[node] = now
+                self._renew_times[node] = _renewed(new)
             self._ordered = None
             if suspected and self._suspect_since(now) is None:
                 self._back_at = now  # a mass silence ended: the rest count from here
         return node if new is not None else None
+
+    def confirm(self, lease: Manifest) -> bool:
+        """A Lease read from the API rather than the watch (before acting on its silence):
+        whether it was renewed since the watch last showed it — then it counts, as if the
+        watch had delivered it."""
+        node = str((lease.get("metadata") or {}).get("name", ""))
+        with self._lock:
+            known = node in self._seen and self._renew_times.get(node) == _renewed(lease)
+        return not known and self.on_lease("MODIFIED", None, lease) is not None
 
     def silence(self, node: str) -> float | None:
         """Seconds since `node`'s Lease was last seen renewed; None: no Lease seen."""

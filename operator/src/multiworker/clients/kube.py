@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from multiworker.api import names
 from multiworker.api.conditions import bounded
 from multiworker.api.schema import format_time
+from multiworker.clients.heartbeats import NODE_LEASES_PATH
 from multiworker.clients.transport import Call, Transport
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
 }
 # In kube-node-lease alone (a Role there): the nodes' heartbeats (heartbeats.py).
 NODE_LEASE_FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
-    ("coordination.k8s.io", "leases"): frozenset({"list", "watch"}),
+    ("coordination.k8s.io", "leases"): frozenset({"get", "list", "watch"}),
 }
 API_SERVED_TTL_SECONDS = 30.0  # how long a discovery answer (is the PodGroup API served?) holds
 
@@ -266,6 +267,15 @@ class Cluster:
 
     def get_node(self, name: str) -> Manifest | None:
         return self._get(f"/api/v1/nodes/{name}")
+
+    def get_node_lease(self, name: str) -> Manifest | None:
+        """The node's Lease; None when gone or unreadable (an older Role without `get`: the
+        watch alone then says whether it renews)."""
+        try:
+            return self._get(f"{NODE_LEASES_PATH}/{name}")
+        except ApiException as e:
+            log.warning("reading node %s's Lease: %s %s", name, e.status, e.reason)
+            return None
 
     def delete_object(self, path: str) -> None:
         self._delete(path, {})

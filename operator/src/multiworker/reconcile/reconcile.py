@@ -37,7 +37,13 @@ from multiworker.decide.gpus import (
 )
 from multiworker.decide.hang import find_stall
 from multiworker.decide.inplace import STOP_BOUND, stop_deadline
-from multiworker.decide.nodes import NodeTrouble, combined, heartbeat_trouble, node_trouble
+from multiworker.decide.nodes import (
+    HEARTBEAT_STALE,
+    NodeTrouble,
+    combined,
+    heartbeat_trouble,
+    node_trouble,
+)
 from multiworker.decide.observe import (
     WAITING_FOR_RELEASE,
     Classified,
@@ -466,9 +472,12 @@ def _delete_generation(p: Pass, generation: int | None, grace: int | None,
 
 
 def _reread_troubles(p: Pass, node_names: set[str]) -> Mapping[str, NodeTrouble]:
-    """Reads `node_names` from the API (not the cache) into p.troubles, before acting on them."""
+    """Reads `node_names` from the API (not the cache) into p.troubles, before acting on them:
+    the Node, and the Lease of one that looks silent."""
     troubles = dict(p.troubles)
     for node in node_names - {""}:
+        if (old := troubles.get(node)) is not None and old.reason == HEARTBEAT_STALE:
+            p.cluster.reread_lease(node)
         trouble = _trouble(p.cluster, node, p.cluster.get_node(node), p.now)
         if trouble is None:
             troubles.pop(node, None)

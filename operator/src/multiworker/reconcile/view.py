@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from multiworker.clients.heartbeats import Heartbeats
+from multiworker.clients.heartbeats import Heartbeats, slim_lease
 from multiworker.clients.informer import Key, Store
 from multiworker.clients.kube import (
     Cluster,
@@ -79,6 +79,13 @@ class View:
 
     def heartbeat_silence(self, node: str) -> float | None:
         return self.heartbeats.silence(node)
+
+    def reread_lease(self, node: str) -> None:
+        """Reads the node's Lease from the API: a renewal the watch has not delivered (it
+        lags, or stalled) counts before a silence is acted on."""
+        lease = self.cluster.get_node_lease(node)
+        if lease is not None:
+            self.heartbeats.confirm(slim_lease(lease))
 
     def silent_nodes(self) -> set[str]:
         """Nodes whose Lease went silent: the scheduler still takes them for Ready."""

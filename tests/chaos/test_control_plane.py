@@ -3,6 +3,9 @@ group restart and started again (hack/cluster/restart.sh); etcd frozen (SIGSTOP)
 Either way the job must converge to exactly one restart — nothing doubled, nothing lost, no
 decision taken on a half-seen cluster — and the invariants must hold over the test's own
 watch (which itself loses events while the API server is down: those gaps are reported).
+And an API server down long enough that no node renews its Lease and the operator's Lease
+watch backs off must restart no job, not even those whose workers cannot prove their node up
+by answering /progress.
 
 These cases stop the shared cluster's control plane: they run only inside one hold of the
 cluster lock (see conftest.py), and always start (or continue) what they stopped.
@@ -30,6 +33,11 @@ pytestmark = [pytest.mark.usefixtures("images"), pytest.mark.timeout(900),
 
 WORKERS = 3
 ETCD_PAUSE_SECONDS = 20.0
+# Longer than a node Lease's silence before it is trouble (12 s) and than nodeLostSeconds (20);
+# shorter than the node lifecycle controller's grace (50 s): the nodes stay Ready.
+API_SERVER_DOWN_SECONDS = 25.0
+# The operator's Lease watch retries back off up to 30 s; a node loss then takes 20 s more.
+QUIET_WATCH_SECONDS = 55.0
 
 
 def trigger_restart(jobs: Jobs, name: str, counted: bool, worker: int) -> None:
@@ -148,3 +156,36 @@ def test_etcd_frozen_for_20s(
             f"{log.count('leader election in')} failed Lease renewals, "
             f"{log.count('Traceback')} tracebacks")
     assert not report.violations, "\n".join(report.violations)
+
+
+def test_an_api_server_down_25s_restarts_no_job(
+    control: ControlPlane, jobs: Jobs, operator: OperatorProcess, figures: Figures,
+) -> None:
+    """No kubelet can renew its node's Lease while the API server is down, and the operator's
+    Lease watch hears nothing until it is back (#42 item 3): every node looked lost, and every
+    job whose workers cannot veto by answering /progress (plain scripts like these) restarted,
+    spending maxDisruptions with a 3 s grace."""
+    names = ["quiet-0", "quiet-1"]
+    for name in names:
+        start_job(jobs, name)
+    before = {name: sorted(p["metadata"]["uid"] for p in jobs.pods(name)) for name in names}
+    killed = control.kill("kube-apiserver")
+    try:
+        time.sleep(API_SERVER_DOWN_SECONDS)
+    finally:
+        control.restart("kube-apiserver")
+    back = time.monotonic()
+    while time.monotonic() - back < QUIET_WATCH_SECONDS:
+        for name in names:
+            s = jobs.status(name)
+            assert (s.get("groupGeneration"), s.get("restarts"), s.get("disruptions")) == \
+                (0, 0, 0), f"{name} restarted after the API server came back\n" + \
+                jobs.describe(name)
+        time.sleep(1)
+    for name in names:
+        assert sorted(p["metadata"]["uid"] for p in jobs.pods(name)) == before[name]
+        assert jobs.status(name).get("phase") == "Running", jobs.describe(name)
+    log = operator_log(operator.log_path)
+    figures(f"API server down {back - killed:.1f}s (restart.sh included); "
+            f"{QUIET_WATCH_SECONDS:.0f}s watched after: no job restarted; operator log: "
+            f"{log.count('watch of')} watch failures, {log.count('Traceback')} tracebacks")

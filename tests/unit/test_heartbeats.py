@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from multiworker.clients.heartbeats import Heartbeats, slim_lease
-from multiworker.decide.nodes import mass_silence_since
+from multiworker.decide.nodes import full_disruption, mass_silence_since
 
 
 def lease(node: str, renewed: str, version: str = "1") -> dict[str, Any]:
@@ -24,21 +24,34 @@ class Clock:
         return self.now
 
 
+def advance(beats: Heartbeats, clock: Clock, seconds: float) -> None:
+    """`seconds` pass, and two other nodes renew meanwhile (one node alone silent is a lost
+    node; every node silent at once is not: test_a_mass_silence_is_many_nodes_silent_at_once)."""
+    end = clock.now + seconds
+    while True:
+        clock.now = min(end, clock.now + 5)  # they renew every 10 s, at least
+        for node in ("x", "y"):
+            beats.on_lease("MODIFIED", None, lease(node, str(clock.now)))
+        if clock.now >= end:
+            return
+
+
 def test_silence_runs_from_the_last_renewal_seen_arriving_not_from_renew_time() -> None:
     clock = Clock()
     beats = Heartbeats(clock)
+    advance(beats, clock, 0)
     assert beats.silence("a") is None  # no Lease: nothing known, never "silent"
     # Listed at start: renewed as far as the operator knows, whatever renewTime says (the
     # node's clock may be an hour off).
     assert beats.on_lease("ADDED", None, lease("a", "2020-01-01T00:00:00.000000Z")) == "a"
-    clock.now += 7
+    advance(beats, clock, 7)
     assert beats.silence("a") == 7
     # A change that is not a renewal (its labels, say) does not count as one.
     first = lease("a", "2020-01-01T00:00:00.000000Z")
     assert beats.on_lease("MODIFIED", first, lease("a", "2020-01-01T00:00:00.000000Z", "2")) \
         is None
     assert beats.silence("a") == 7
-    clock.now += 6
+    advance(beats, clock, 6)
     assert beats.silent(["a", "b"], 12) == {"a"}
     assert beats.on_lease("MODIFIED", first, lease("a", "2020-01-01T00:00:10.000000Z", "3")) \
         == "a"
@@ -59,17 +72,19 @@ def test_silence_counts_only_while_the_lease_watch_is_up() -> None:
     25 s of that (#42); now silence stops at the failure and counts again from the return."""
     clock = Clock()
     beats = Heartbeats(clock)
+    advance(beats, clock, 0)
     beats.on_lease("ADDED", None, lease("a", "t0"))
-    clock.now += 5
+    advance(beats, clock, 5)
     beats.watch_state(False)
     clock.now += 25
     assert beats.silence("a") == 5 and beats.silent(None, 12) == set()
     beats.watch_state(False)  # a second failed retry keeps the first failure's time
     clock.now += 2
     beats.watch_state(True)
-    clock.now += 8
+    advance(beats, clock, 0)  # the other nodes, listed again
+    advance(beats, clock, 8)
     assert beats.silence("a") == 8  # from the watch's return, not from before the outage
-    clock.now += 4
+    advance(beats, clock, 4)
     assert beats.silent(["a"], 12) == {"a"}  # renewals stopped while it was watching
     beats.on_lease("MODIFIED", lease("a", "t0"), lease("a", "t1", "2"))
     assert beats.silence("a") == 0
@@ -78,8 +93,9 @@ def test_silence_counts_only_while_the_lease_watch_is_up() -> None:
 @pytest.mark.parametrize(("seen", "now", "since"), [
     ([0, 0, 0], 11, None),  # not yet stale
     ([0, 0, 0], 12, 0),  # all three silent 12 s: the watch or the control plane, not nodes
-    ([0, 0], 30, None),  # two nodes never make a mass silence (more than two, as the node
-                         # lifecycle controller counts)
+    ([0, 0], 30, 0),  # every node silent (FullDisruption)
+    ([0, 29], 30, None),  # one of two: a node loss, trusted
+    ([0], 30, 0),  # the only node
     ([0, 5, 8, 20, 21], 19, None),  # the third of five is not yet 12 s silent
     ([0, 5, 8, 20, 21], 25, 8),  # three of five (55 %) silent since 8 at the latest
     ([0, 20, 20, 20, 21], 25, None),  # one node of five silent: a node loss, trusted
@@ -115,10 +131,28 @@ def test_a_watch_that_stays_open_and_delivers_nothing_makes_no_node_look_lost() 
 def test_a_lease_read_from_the_api_counts_only_if_renewed_since_the_watch_showed_it() -> None:
     clock = Clock()
     beats = Heartbeats(clock)
+    advance(beats, clock, 0)
     beats.on_lease("ADDED", None, lease("a", "t0"))
-    clock.now += 20
+    advance(beats, clock, 20)
     assert not beats.confirm(lease("a", "t0"))  # the same renewal: still silent
     assert beats.silence("a") == 20
     assert beats.confirm(lease("a", "t1", "2"))  # renewed; the watch had not shown it
     assert beats.silence("a") == 0
     assert beats.confirm(lease("b", "t0"))  # a Lease the watch never showed: renewed now
+
+
+READY = {"metadata": {"name": "r"}, "status": {"conditions": [{"type": "Ready",
+                                                              "status": "True"}]}}
+UNKNOWN = {"metadata": {"name": "u"}, "status": {"conditions": [{"type": "Ready",
+                                                                "status": "Unknown"}]}}
+NOT_READY = {"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready",
+                                                                  "status": "False"}]}}
+
+
+@pytest.mark.parametrize(("nodes", "full"), [
+    ([], False), ([READY], False), ([UNKNOWN], True), ([UNKNOWN, READY], False),
+    ([UNKNOWN, NOT_READY], True), ([UNKNOWN] * 9 + [READY], False),
+])
+def test_full_disruption_is_every_node_in_trouble(nodes: list[dict[str, Any]], full: bool
+                                                  ) -> None:
+    assert full_disruption(nodes) is full

@@ -636,6 +636,7 @@ def test_a_lost_node_is_read_from_the_api_before_the_group_restarts(back: bool) 
     cluster = started(health={"nodeLostSeconds": 20})
     step(cluster)
     assert cluster.node_reads == []
+    cluster.nodes["node-2"] = {**cluster.nodes["node-1"], "metadata": {"name": "node-2"}}
     cluster.nodes["node-1"] = unreachable_node(cluster.status["startTime"])
     if back:
         cluster.live_nodes["node-1"] = {"metadata": {"name": "node-1"}, "status": {
@@ -646,6 +647,21 @@ def test_a_lost_node_is_read_from_the_api_before_the_group_restarts(back: bool) 
     assert restarted is not back, cluster.events
     if back:
         assert cluster.status["phase"] == "Running" and cluster.created_pods == PODS
+
+
+def test_every_node_unreachable_at_once_is_the_control_plane_not_the_nodes() -> None:
+    """An API server back from an outage finds every Lease stale: the node lifecycle
+    controller marks every node unreachable until its kubelet posts again (seconds, or more
+    while the kubelets' own retries back off). That is its FullDisruption — it evicts nothing —
+    and no group restarts for it; one node unreachable among Ready ones is a lost node."""
+    cluster = started(health={"nodeLostSeconds": 20})
+    cluster.nodes["node-1"] = unreachable_node(cluster.status["startTime"])
+    step(cluster, seconds=30)
+    assert cluster.status.get("disruptions", 0) == 0, cluster.events
+    cluster.nodes["node-2"] = {"metadata": {"name": "node-2"}, "status": {
+        "conditions": [{"type": "Ready", "status": "True"}]}}
+    step(cluster)
+    assert cluster.status.get("disruptions", 0) == 1, cluster.events
 
 
 def test_a_node_whose_lease_went_silent_restarts_the_group_before_it_turns_notready() -> None:

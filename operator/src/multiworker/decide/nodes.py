@@ -9,7 +9,7 @@ one worker's node is gone, so the operator acts after spec.health.nodeLostSecond
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,10 +23,10 @@ Node = Mapping[str, Any]
 KUBELET_RENEW_SECONDS = 10.0
 STALE_HEARTBEAT_SECONDS = KUBELET_RENEW_SECONDS + 2.0
 HEARTBEAT_STALE = "HeartbeatStale"
-# When more than two nodes, and at least this share of them, go silent at once, suspect the
-# watch or the control plane (a frozen etcd, an API server that hangs), not the nodes: the
-# node lifecycle controller's own line for a zone in PartialDisruption
-# (kube-controller-manager --unhealthy-zone-threshold 0.55, more than 2 nodes NotReady).
+# When every node, or more than two and at least this share of them, go silent at once,
+# suspect the watch or the control plane (a frozen etcd, an API server that hangs), not the
+# nodes: the node lifecycle controller's own lines for a zone in FullDisruption and
+# PartialDisruption (kube-controller-manager --unhealthy-zone-threshold 0.55, more than 2).
 MASS_SILENCE_SHARE = 0.55
 MASS_SILENCE_MIN_NODES = 3
 
@@ -107,14 +107,30 @@ def node_trouble(name: str, node: Node | None) -> NodeTrouble | None:
     return NodeTrouble(name, reason, since, message) if reason is not None else None
 
 
+def full_disruption(nodes: Iterable[Node]) -> bool:
+    """Every node NotReady or unreachable (one at least): the node lifecycle controller's
+    FullDisruption, where it stops evicting and suspects the control plane — an API server
+    back from an outage finds every Lease stale and marks every node unreachable until its
+    kubelet posts again. What the Node objects report then says nothing of the nodes (and a
+    group could go nowhere else anyway)."""
+    seen = False
+    for node in nodes:
+        name = str((node.get("metadata") or {}).get("name", ""))
+        if node_trouble(name, node) is None:
+            return False
+        seen = True
+    return seen
+
+
 def mass_silence_since(ordered_seen: Sequence[float], now: float,
                        stale: float = STALE_HEARTBEAT_SECONDS) -> float | None:
     """Since when nothing is heard from many nodes at once (MASS_SILENCE_SHARE of them `stale`
     seconds silent), by the operator's clock: the last renewal heard from any of them — the
     silence after it says nothing of the nodes. None while too few are silent.
     `ordered_seen`: when each node's Lease was last seen renewed, oldest first."""
-    need = max(MASS_SILENCE_MIN_NODES, math.ceil(MASS_SILENCE_SHARE * len(ordered_seen)))
-    if len(ordered_seen) < need:
+    count = len(ordered_seen)
+    need = min(count, max(MASS_SILENCE_MIN_NODES, math.ceil(MASS_SILENCE_SHARE * count)))
+    if need == 0:
         return None
     last_heard = ordered_seen[need - 1]
     return last_heard if last_heard + stale <= now else None

@@ -41,6 +41,7 @@ from multiworker.decide.nodes import (
     HEARTBEAT_STALE,
     NodeTrouble,
     combined,
+    full_disruption,
     heartbeat_trouble,
     node_trouble,
 )
@@ -475,14 +476,17 @@ def _reread_troubles(p: Pass, node_names: set[str]) -> Mapping[str, NodeTrouble]
     """Reads `node_names` from the API (not the cache) into p.troubles, before acting on them:
     the Node, and the Lease of one that looks silent."""
     troubles = dict(p.troubles)
+    manifests = {}
     for node in node_names - {""}:
         if (old := troubles.get(node)) is not None and old.reason == HEARTBEAT_STALE:
             p.cluster.reread_lease(node)
-        trouble = _trouble(p.cluster, node, p.cluster.get_node(node), p.now)
-        if trouble is None:
-            troubles.pop(node, None)
+        manifests[node] = p.cluster.get_node(node)
+    fresh = _troubles(p.cluster, set(manifests), p.now, manifests)
+    for node in manifests:
+        if node in fresh:
+            troubles[node] = fresh[node]
         else:
-            troubles[node] = trouble
+            troubles.pop(node, None)
     p.troubles = troubles
     return troubles
 
@@ -499,22 +503,25 @@ def _renewals(p: Pass) -> dict[str, datetime]:
     return found
 
 
-def _troubles(cluster: ClusterIO, node_names: set[str], now: datetime
+def _troubles(cluster: ClusterIO, node_names: set[str], now: datetime,
+              manifests: Mapping[str, Manifest | None] | None = None
               ) -> dict[str, NodeTrouble]:
-    """The nodes' trouble as cached: their status and taints, or a Lease gone silent."""
+    """The nodes' trouble: their status and taints (as cached, or as `manifests` were read
+    just now), or a Lease gone silent. While the Node objects call every node in trouble
+    (nodes.full_disruption) they say nothing of the nodes: only a deleted one counts."""
+    reported = {node: node_trouble(node, manifests[node] if manifests and node in manifests
+                                   else cluster.cached_node(node))
+                for node in node_names - {""}}
+    if any(t is not None and t.reason != "Gone" for t in reported.values()) and \
+            full_disruption(cluster.cached_nodes()):
+        reported = {n: t if t is not None and t.reason == "Gone" else None
+                    for n, t in reported.items()}
     found = {}
-    for node in node_names - {""}:
-        trouble = _trouble(cluster, node, cluster.cached_node(node), now)
-        if trouble is not None:
-            found[node] = trouble
+    for node, trouble in reported.items():
+        either = combined(trouble, heartbeat_trouble(node, cluster.heartbeat_silence(node), now))
+        if either is not None:
+            found[node] = either
     return found
-
-
-def _trouble(cluster: ClusterIO, node: str, manifest: Manifest | None, now: datetime
-             ) -> NodeTrouble | None:
-    """What began first: trouble in the node object (`manifest`), or its Lease gone silent."""
-    return combined(node_trouble(node, manifest),
-                    heartbeat_trouble(node, cluster.heartbeat_silence(node), now))
 
 
 def _clean_finished_pods(p: Pass) -> None:

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds multiworker's container images offline and writes each one as a docker-archive,
 # $MW_CACHE/images/<name>.tar, tagged with its contract name (docs/contracts.md).
-#   build.sh [--force] [pause|base|worker|operator|worker-gpu|all]...    (default: all)
-# `all` is pause, base, worker and operator; worker-gpu (several GB) only when named.
+#   build.sh [--force] [pause|base|worker|operator|worker-gpu|operator@REV|all]...
+# `all` (the default) is pause, base, worker and operator; worker-gpu (several GB) only when
+# named. operator@REV: the operator of git revision REV (its sources, Dockerfile and lock, on
+# today's base), tagged multiworker.local/operator:REV — the release an upgrade test starts from.
 # Each archive is rebuilt only when a hash of its inputs changes (stored beside it as
 # <name>.key): pause.c; the base's script and package list; for worker/operator images/<name>
 # (the Dockerfile and the committed wheel lock, requirements.txt), images/common, the package
@@ -19,8 +21,8 @@ for arg in "$@"; do
   case $arg in
     --force) force=1 ;;
     all) targets+=(pause base worker operator) ;;
-    pause | base | worker | operator | worker-gpu) targets+=("$arg") ;;
-    -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    pause | base | worker | operator | worker-gpu | operator@?*) targets+=("$arg") ;;
+    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown image '$arg' (pause, base, worker, operator, worker-gpu, all)" ;;
   esac
 done
@@ -103,8 +105,8 @@ load_base_into_buildah() {
 # build_python NAME SOURCES...: a Dockerfile image whose venv is exactly the committed lock
 # images/NAME/requirements.txt, installed from the wheel cache.
 build_python() {
-  local name=$1; shift
-  local dockerfile=$repo/images/$name/Dockerfile key
+  local name=$1 flavor=${1%@*}; shift
+  local dockerfile=$repo/images/$flavor/Dockerfile key
   [ -f "$dockerfile" ] || die "$name: $dockerfile is missing"
   need buildah buildah
   for src in "$@"; do [ -e "$repo/$src" ] || die "$name: $src is missing from the repo"; done
@@ -115,10 +117,10 @@ build_python() {
     --ignorefile "$dockerfile.dockerignore" --build-arg "BASE=$base_id" --build-arg WHEELS=/wheels
     --volume "$wheels:/wheels:ro")
   # The key: the sources (images/NAME holds the lock) and buildah's arguments (the base's ID).
-  key=$(hash_text "$(hash_tree "images/$name" images/common "$@")" "${bud[@]#"$repo"/}")
+  key=$(hash_text "$(hash_tree "images/$flavor" images/common "$@")" "${bud[@]#"$repo"/}")
   up_to_date "$name" "$key" && return 0
 
-  "$here/wheels.sh" "$name"
+  "$here/wheels.sh" "$flavor"
   local t0=$SECONDS old new
   old=$(buildah inspect --type image --format '{{.FromImageID}}' "$(ref "$name")" 2>/dev/null || true)
   log "$name: building $(ref "$name") from $base_ref ${base_id:0:12} (log: $archives/$name.build.log)"
@@ -135,9 +137,22 @@ build_python() {
   log "$name: done in $((SECONDS - t0))s ($(human_size "$archives/$name.tar"))"
 }
 
+# build_release REV: the operator of git revision REV, built from its own tree (git archive).
+build_release() {
+  local rev=$1 tree
+  git -C "$repo" cat-file -e "$rev^{commit}" 2>/dev/null \
+    || die "operator@$rev: no such commit in $repo (a shallow clone? fetch its history)"
+  build_base  # today's, from this checkout
+  tree=$(mktemp -d)
+  git -C "$repo" archive "$rev" images operator | tar -x -C "$tree"
+  ( export MW_IMAGE_TREE=$tree; repo=$tree; build_python "operator@$rev" "${runtime_sources[@]}" )
+  rm -rf "$tree"
+}
+
 runtime_sources=(operator/pyproject.toml operator/src/multiworker)
 for target in "${targets[@]}"; do
   case $target in
+    operator@*) build_release "${target#operator@}" ;;
     pause) build_pause ;;
     base) build_base ;;
     worker) build_python worker "${runtime_sources[@]}" examples/training ;;

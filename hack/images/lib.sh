@@ -1,7 +1,9 @@
 # shellcheck shell=bash disable=SC2034  # variables are used by the scripts that source this
 # Shared settings and helpers for the offline image scripts (sourced, not run).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+# The sources an image is built from: this checkout, or (MW_IMAGE_TREE) an earlier release's
+# tree exported by build.sh for an `operator@<rev>` image.
+repo=${MW_IMAGE_TREE:-$(cd "$here/../.." && pwd)}
 cache=${MW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/multiworker}
 archives=$cache/images          # <name>.tar (docker-archive) + <name>.key (hash of its inputs)
 wheels=$cache/wheels            # wheels shared by every build; locks/ holds resolved, hashed sets
@@ -16,6 +18,7 @@ ref() {
     pause) echo multiworker.local/pause:3.10 ;;
     base) echo "$base_ref" ;;
     worker | worker-gpu | operator) echo "multiworker.local/$1:dev" ;;
+    operator@*) echo "multiworker.local/operator:${1#operator@}" ;;  # an earlier release
     *) die "unknown image '$1' (known: pause base worker worker-gpu operator)" ;;
   esac
 }

@@ -18,15 +18,13 @@ import pytest
 
 from tests.cluster import Cluster
 from tests.integration.conftest import (  # noqa: F401  (shared fixtures)
+    chart_crds,
     chart_env,
     crds,
-    jobs,
-    operator,
-)
-from tests.integration.test_helm import (  # noqa: F401  (the Helm tests' release fixtures)
-    chart_crds,
     helm,
     helm_home,
+    jobs,
+    operator,
     operator_image,
     release,
 )

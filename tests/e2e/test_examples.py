@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from tests.cluster import REPO, Cluster
+from tests.integration.helm import Release
 from tests.integration.jobs import Jobs, env_of
-from tests.integration.test_helm import Release
 from tests.support import USES_NODE_GPUS, alone, wait_for
 
 EXAMPLES = REPO / "examples"

@@ -17,8 +17,8 @@ import pytest
 
 from tests.cluster import Cluster
 from tests.e2e.test_recovery import tf_job, wait_checkpointed
+from tests.integration.helm import Release
 from tests.integration.jobs import Jobs, condition, generation_of
-from tests.integration.test_helm import Release
 from tests.support import wait_for
 
 # Most tests run the operator as a process beside the cluster (the `operator` fixture); those

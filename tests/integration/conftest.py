@@ -22,6 +22,13 @@ import pytest
 
 from tests.cluster import REPO, Cluster
 from tests.integration.fake_nodes import FakeNode
+from tests.integration.helm import (  # noqa: F401  (fixtures: a Helm release of the chart)
+    chart_crds,
+    helm,
+    helm_home,
+    operator_image,
+    release,
+)
 from tests.integration.jobs import Jobs
 from tests.integration.rbac import chart_identity
 from tests.support import wait_for

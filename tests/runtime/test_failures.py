@@ -41,10 +41,20 @@ def epochs_done(worker: Worker) -> list[int]:
     return [int(e) for e in re.findall(r"epoch (\d+)/\d+ done", worker.log())]
 
 
+def survivor_step(worker: Worker) -> int | None:
+    found = re.search(r"saved this survivor's state at step (\d+)", worker.log())
+    return int(found[1]) if found else None
+
+
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("survivor_saves", [True, False], ids=["survivors-save", "periodic-only"])
 def test_killed_worker_aborts_the_group_which_then_resumes(
-    launcher: Launcher, tmp_path: Path, report: Any
+    launcher: Launcher, tmp_path: Path, report: Any, survivor_saves: bool
 ) -> None:
+    """A SIGKILLed worker aborts its peers (exit 4); each survivor saves its replica at the
+    step its weights reflect before exiting, and the next group resumes from the newest of
+    those saves — at most one step from where the group was — instead of the last periodic
+    checkpoint (MWJ_SURVIVOR_SAVES=0: as before, up to a checkpoint interval lost)."""
     checkpoints = tmp_path / "checkpoints"
     every, per_epoch, epochs = 10, 20, 6
     args = (
@@ -55,8 +65,9 @@ def test_killed_worker_aborts_the_group_which_then_resumes(
         "--checkpoint-every",
         str(every),
     )
+    env = {} if survivor_saves else {"MWJ_SURVIVOR_SAVES": "0"}
     first = launcher.start(
-        3, checkpoint_dir=checkpoints, args=(*args, "--step-sleep", "0.1")
+        3, checkpoint_dir=checkpoints, args=(*args, "--step-sleep", "0.1"), env=env
     )
     wait_for(
         lambda: (step_of(first[0]) or 0) >= 2 * per_epoch + 5,
@@ -76,8 +87,15 @@ def test_killed_worker_aborts_the_group_which_then_resumes(
     assert max(s for _, s in exits.values()) <= COLLECTIVE_TIMEOUT + ABORT_SLACK
     for worker in survivors:
         assert "collective aborted" in worker.log()
-    saved = latest_checkpoint_step(checkpoints)
-    assert 0 < saved <= last_step and last_step - saved <= every + 1
+    periodic = latest_checkpoint_step(checkpoints)
+    assert 0 < periodic <= last_step and last_step - periodic <= every + 1
+    saved = [s for w in survivors if (s := survivor_step(w)) is not None]
+    if survivor_saves:
+        assert saved and all(abs(s - last_step) <= 1 for s in saved), (saved, last_step)
+        expected, origin = max(saved), "survivor worker-"
+    else:
+        assert not saved, launcher.logs()
+        expected, origin = periodic, "checkpoint"
 
     second = launcher.start(
         3,
@@ -94,13 +112,16 @@ def test_killed_worker_aborts_the_group_which_then_resumes(
     codes = [w.wait(timeout=120) for w in second]
 
     assert codes == [0, 0, 0], launcher.logs()
-    assert resumed["generation"] == 1 and resumed["restoredFromStep"] == saved
+    assert resumed["generation"] == 1 and resumed["restoredFromStep"] == expected
+    assert resumed["restoredFrom"].startswith(origin), resumed
     for worker in second:
-        assert f"resuming from step {saved} " in worker.log()
+        assert f"resuming from step {expected} " in worker.log()
         assert "target reached" in worker.log()
         # Epochs completed before the checkpoint are not trained again.
-        assert epochs_done(worker) == list(range(saved // per_epoch + 1, epochs + 1))
-    report(f"restart resumed from step {saved} (killed at ~{last_step}, every {every})")
+        assert epochs_done(worker) == list(range(expected // per_epoch + 1, epochs + 1))
+    report(f"restart resumed from step {expected} ({resumed['restoredFrom']}; killed at "
+           f"~{last_step}, periodic checkpoint {periodic}, every {every}; survivors saved "
+           f"{saved})")
 
 
 @pytest.mark.timeout(150)

@@ -5,6 +5,7 @@ generation once, when it is released."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +44,15 @@ def first_poll_done(tmp_path: Path, proc: subprocess.Popen[bytes]) -> None:
     a busy machine the interpreter alone can take longer than the test's next step."""
     wait_for(lambda: (tmp_path / "state" / "pod-generation").exists() or proc.poll() is not None,
              30, interval=0.02, describe="the sidecar's first poll")
+
+
+def catches(proc: subprocess.Popen[bytes], signum: int) -> bool:
+    """Whether the process installed a handler for `signum` (Linux: /proc's SigCgt mask), so
+    a test does not signal an interpreter still starting up on a busy machine."""
+    for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
 
 
 def still_running(proc: subprocess.Popen[bytes], seconds: float = 0.3) -> bool:
@@ -113,6 +123,8 @@ def test_sigterm_stops_the_agent_at_once(tmp_path: Path, mode: str) -> None:
     write(tmp_path, generation=1, released=0, opened=0)
     proc = start(tmp_path, mode)
     try:
+        wait_for(lambda: catches(proc, signal.SIGTERM), 20, 0.05,
+                 "the agent to install its SIGTERM handler")
         assert still_running(proc)
         proc.terminate()
         assert proc.wait(2) == 143

@@ -96,6 +96,21 @@ def test_progress_is_recorded_and_a_resume_announced_once() -> None:
     assert len([e for e in cluster.events if e[1] == "TrainingResumed"]) == 1
 
 
+def test_a_resume_from_a_survivors_save_says_whose() -> None:
+    cluster, targets = started()
+    health = poll(cluster, targets, None, {
+        0: report(step=47, restoredFromStep=46, restoredFrom="survivor worker-2, generation 0"),
+        1: report(1, step=47)})
+    step(cluster, health)
+    progress = cluster.status["progress"]
+    assert (progress["resumedFromStep"], progress["resumedFrom"]) == \
+        (46, "survivor worker-2, generation 0")
+    resumed = [e for e in cluster.events if e[1] == "TrainingResumed"]
+    assert resumed == [("Normal", "TrainingResumed",
+                        ("generation 0 resumed training at step 46, saved by survivor "
+                         "worker-2, generation 0 when a peer failed"))]
+
+
 def stalled(cluster: FakeCluster, targets: Targets) -> GroupHealth:
     """worker-1 stops answering after step 63; worker-0 waits at 63 for 30s."""
     health = poll(cluster, targets, None, {0: report(step=63), 1: report(1, step=63)})

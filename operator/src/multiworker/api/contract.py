@@ -34,6 +34,9 @@ MWJ_NODE_NAME = "MWJ_NODE_NAME"
 # is higher than MWJ_RESTART_COUNT was superseded by an in-place restart of its broken group:
 # there is nothing to checkpoint together, so the runtime exits at once.
 MWJ_POD_GENERATION_FILE = "MWJ_POD_GENERATION_FILE"
+# "0": when a peer dies, the survivors do not save their replicas (runtime/survivors.py); the
+# next group resumes from the periodic checkpoint. Unset: they do.
+MWJ_SURVIVOR_SAVES = "MWJ_SURVIVOR_SAVES"
 # Never set by the operator: every worker's progress port, by index, for groups whose workers
 # share one host (tests, a laptop). Unset: each peer serves on MWJ_PROGRESS_PORT.
 MWJ_PROGRESS_PORTS = "MWJ_PROGRESS_PORTS"

@@ -77,6 +77,9 @@ class ProgressStatus(Model):
     resumed_from_step: int | None = None
     """Step the current generation restored from its checkpoint; 0 when it started afresh,
     unset until its chief reports."""
+    resumed_from: str | None = Field(default=None, max_length=128)
+    """Where that state came from: `checkpoint` (the periodic one), or `survivor worker-2,
+    generation 3` (saved by a worker that outlived a peer's death)."""
     updated_at: Time | None = None
     """When the chief finished its latest step."""
 

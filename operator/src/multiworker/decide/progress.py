@@ -53,6 +53,7 @@ class Report(BaseModel):
     accuracy: float | None = None
     last_checkpoint_step: int = Field(default=0, ge=0)
     restored_from_step: int = Field(default=0, ge=0)
+    restored_from: str = Field(default="", max_length=128)
     updated_at: float | None = None  # unix seconds of the worker's last step
     peers: tuple[PeerWait, ...] = Field(default=(), max_length=16)
 
@@ -189,7 +190,8 @@ def progress_of(health: GroupHealth | None) -> ProgressStatus | None:
     return ProgressStatus(
         step=r.step, epoch=r.epoch, steps_per_second=r.steps_per_second, loss=r.loss,
         accuracy=r.accuracy, last_checkpoint_step=r.last_checkpoint_step,
-        resumed_from_step=r.restored_from_step, updated_at=r.updated,
+        resumed_from_step=r.restored_from_step, resumed_from=r.restored_from or None,
+        updated_at=r.updated,
     )
 
 
@@ -207,7 +209,8 @@ def final_progress(termination_message: str) -> ProgressStatus | None:
     return ProgressStatus(
         step=r.step, epoch=r.epoch, steps_per_second=r.steps_per_second, loss=r.loss,
         accuracy=r.accuracy, last_checkpoint_step=r.last_checkpoint_step,
-        resumed_from_step=r.restored_from_step, updated_at=r.updated,
+        resumed_from_step=r.restored_from_step, resumed_from=r.restored_from or None,
+        updated_at=r.updated,
     )
 
 

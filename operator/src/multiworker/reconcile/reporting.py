@@ -42,9 +42,11 @@ def record_progress(p: Pass) -> Flow:
     if progress is not None:
         resumed = progress.resumed_from_step
         if resumed and resumed != (s.progress.resumed_from_step if s.progress else None):
+            origin = progress.resumed_from or "checkpoint"
+            where = f"from the checkpoint of step {resumed}" if origin == "checkpoint" else \
+                f"at step {resumed}, saved by {origin} when a peer failed"
             p.emit(Reason.TRAINING_RESUMED,
-                   f"generation {health.generation} resumed training from the checkpoint of "
-                   f"step {resumed}")
+                   f"generation {health.generation} resumed training {where}")
         s.progress = progress
     _report_stragglers(p, health)
     _report_readability(p, health)

@@ -145,7 +145,8 @@ def forget_group(s: JobStatus) -> None:
     s.bad_progress_reports = 0
     s.in_place_since = None
     if s.progress is not None:
-        s.progress = s.progress.model_copy(update={"resumed_from_step": None})
+        s.progress = s.progress.model_copy(update={"resumed_from_step": None,
+                                                   "resumed_from": None})
 
 
 def failure_record(p: Pass, action: Action) -> FailureRecord:

@@ -21,6 +21,7 @@ from multiworker.runtime.collective import sum_over_workers
 from multiworker.runtime.errors import Preempted
 from multiworker.runtime.preemption import StopSignal, steps_between_checks
 from multiworker.runtime.progress import ProgressBoard
+from multiworker.runtime.survivors import Witness
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,18 @@ class ProgressCallback(keras.callbacks.Callback):
             "" if accuracy is None else f", accuracy {_format(accuracy)}",
             state["stepsPerSecond"],
         )
+
+
+class WitnessCallback(keras.callbacks.Callback):
+    """Keeps the step each batch completed and what its weights were (survivors.Witness):
+    first of the callbacks, before any of them runs a collective that may fail."""
+
+    def __init__(self, witness: Witness) -> None:
+        super().__init__()
+        self._witness = witness
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self._witness.step_done(step_of(self.model))
 
 
 class CheckpointCallback(keras.callbacks.Callback):

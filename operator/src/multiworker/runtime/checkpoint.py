@@ -21,7 +21,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from multiworker.runtime import fence
+from multiworker.runtime import fence, survivors
 from multiworker.runtime.agreement import stop_if_superseded
 from multiworker.runtime.config import RuntimeConfig
 from multiworker.runtime.context import WorkerContext
@@ -46,14 +46,27 @@ class CheckpointStore:
         )
         self._identity_written = False
         self._fence = fence.own_fence(config)
+        self._survivor: survivors.SurvivorSave | None = None
         self.last_saved_step = 0
 
     def find(self) -> tuple[str | None, int]:
         """The checkpoint restore() would load — this job's latest, or on a deliberate resume
-        the other run's (ownership.restore_source) — and its step (from its name: saves are
-        numbered by step), without touching the model; (None, 0) when there is none."""
+        the other run's (ownership.restore_source), or a survivor's save of a higher step
+        (survivors.py) — and its step, without touching the model; (None, 0) when there is
+        none."""
         source = restore_source(self._config, tf.train.latest_checkpoint)
-        return source, step_in_name(source)
+        step = step_in_name(source)
+        survivor = survivors.newest(self._directory, self._config.job_uid)
+        if survivor is not None and survivor.step > step:
+            self._survivor = survivor
+            return survivor.path, survivor.step
+        return source, step
+
+    def origin(self, source: str | None) -> str:
+        """Where `source` (from find()) came from, in words: a survivor, or a checkpoint."""
+        if self._survivor is not None and source == self._survivor.path:
+            return self._survivor.describe()
+        return "checkpoint" if source is not None else "none"
 
     def restore(self, source: str | None) -> int:
         """Loads `source` (from find()); returns the restored step (0 if none). Builds the
@@ -64,9 +77,16 @@ class CheckpointStore:
         with self._model.distribute_strategy.scope():
             # Slot variables must exist before restoring into them (Keras builds them lazily).
             self._model.optimizer.build(self._model.trainable_variables)
-        self._checkpoint.restore(source).assert_existing_objects_matched()
+        if self._survivor is not None and source == self._survivor.path:
+            # Written without the manager's save counter (survivors.save); its optimizer may
+            # have counted the step that failed: the save names the step its weights reflect.
+            tf.train.Checkpoint(model=self._model, optimizer=self._model.optimizer) \
+                .read(source).assert_existing_objects_matched()  # write()'s counterpart
+            self._model.optimizer.iterations.assign(self._survivor.step)
+        else:
+            self._checkpoint.restore(source).assert_existing_objects_matched()
         self.last_saved_step = step_of(self._model)
-        log.info("restored %s", source)
+        log.info("restored %s (%s)", source, self.origin(source))
         return self.last_saved_step
 
     def save(self) -> int:
@@ -81,6 +101,7 @@ class CheckpointStore:
         path = self._manager.save(checkpoint_number=step)
         if self._config.is_chief:
             log.info("checkpoint saved: %s", path)
+            survivors.prune(self._directory, step)
         else:
             shutil.rmtree(self._write_dir, ignore_errors=True)
         self.last_saved_step = step

@@ -29,6 +29,7 @@ from multiworker.api.contract import (
     MWJ_PROGRESS_PORTS,
     MWJ_RESTART_COUNT,
     MWJ_RESUME_FROM_DIR,
+    MWJ_SURVIVOR_SAVES,
     MWJ_TEST_FINGERPRINT_OVERRIDE,
     MWJ_WORKER_INDEX,
     TF_CONFIG,
@@ -78,6 +79,8 @@ class RuntimeConfig:
     """The node this pod runs on (MWJ_NODE_NAME); None when unknown (outside Kubernetes)."""
     pod_generation_file: str | None = None
     """MWJ_POD_GENERATION_FILE: the pod's generation as it is now (in-place restarts)."""
+    survivor_saves: bool = True
+    """MWJ_SURVIVOR_SAVES (not "0"): survivors of a peer's death save their replicas."""
 
     @property
     def num_workers(self) -> int:
@@ -119,6 +122,7 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
         resume_from_dir=environ.get(MWJ_RESUME_FROM_DIR) or None,
         pod_generation_file=environ.get(MWJ_POD_GENERATION_FILE) or None,
         node_name=environ.get(MWJ_NODE_NAME) or None,
+        survivor_saves=environ.get(MWJ_SURVIVOR_SAVES, "1") != "0",
         worker_index=task_index,
         peers=peers,
         restart_count=max(_integer(environ, MWJ_RESTART_COUNT, 0, 0, None, problems) or 0,

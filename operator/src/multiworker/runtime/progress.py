@@ -78,9 +78,15 @@ class ProgressBoard:
     def set_phase(self, phase: Phase) -> None:
         self._update(phase=phase.value)
 
-    def restored(self, step: int, epoch: int) -> None:
-        """Resuming at `step` (that checkpoint exists, so it is also the last checkpoint)."""
-        self._update(step=step, epoch=epoch, restoredFromStep=step, lastCheckpointStep=step)
+    def restored(self, step: int, epoch: int, origin: str = "checkpoint") -> None:
+        """Resuming at `step` (that checkpoint exists, so it is also the last checkpoint),
+        restored from `origin` (a checkpoint, or a survivor's save)."""
+        self._update(step=step, epoch=epoch, restoredFromStep=step, lastCheckpointStep=step,
+                     restoredFrom=origin)
+
+    def survivor_saved(self, step: int, seconds: float) -> None:
+        """A peer failed and this worker saved its replica at `step` (survivors.py)."""
+        self._update(survivorSave={"step": step, "seconds": seconds})
 
     def step_done(self, step: int, loss: float | None, accuracy: float | None = None) -> None:
         now = time.time()

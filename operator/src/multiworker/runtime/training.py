@@ -9,9 +9,15 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
+from multiworker.runtime import survivors
 from multiworker.runtime.aborts import describe_abort
 from multiworker.runtime.agreement import check_same_directory_and_step, enter_directory
-from multiworker.runtime.callbacks import CheckpointCallback, PreemptionCallback, ProgressCallback
+from multiworker.runtime.callbacks import (
+    CheckpointCallback,
+    PreemptionCallback,
+    ProgressCallback,
+    WitnessCallback,
+)
 from multiworker.runtime.checkpoint import CheckpointStore
 from multiworker.runtime.config import MWJ_CHECKPOINT_DIR, RuntimeConfig
 from multiworker.runtime.context import WorkerContext
@@ -53,11 +59,31 @@ def fit(
     or before a save (agreement.py). `dataset` must yield batches indefinitely (e.g.
     `.repeat()`); one iterator over it serves the whole run (inputs.py).
     """
+    witness = survivors.Witness(model)
     try:
-        _fit(context, model, dataset, epochs, steps_per_epoch, checkpoint_every_steps, callbacks)
+        _fit(context, model, dataset, epochs, steps_per_epoch, checkpoint_every_steps,
+             [WitnessCallback(witness), *callbacks])
     except PEER_FAILURES as e:
         log.warning("collective error from TensorFlow:\n%s", e.message)
-        raise CollectiveAborted(describe_abort(type(e).__name__, e.message, context.config)) from e
+        message = describe_abort(type(e).__name__, e.message, context.config)
+        saved = _save_survivor(context, model, witness)
+        if saved is not None:
+            message += f"; saved this survivor's state at step {saved.step}"
+        raise CollectiveAborted(message) from e
+
+
+def _save_survivor(context: WorkerContext, model: keras.Model,
+                   witness: survivors.Witness) -> survivors.SurvivorSave | None:
+    """The survivor's save (survivors.py); a failure to save is logged, never raised over the
+    abort that caused it."""
+    try:
+        saved = survivors.save(model, context.config, witness)
+    except Exception:  # the abort is what the operator must hear about
+        log.exception("could not save this survivor's state")
+        return None
+    if saved is not None:
+        context.progress.survivor_saved(saved.step, saved.seconds)
+    return saved
 
 
 def _fit(
@@ -88,7 +114,7 @@ def _fit(
     segments = plan_segments(restored, steps_per_epoch, epochs)
     if restored:
         epoch, batch = divmod(restored, steps_per_epoch)
-        context.progress.restored(restored, epoch)
+        context.progress.restored(restored, epoch, store.origin(source) if store else "")
         if segments:
             log.info("resuming from step %d (epoch %d, batch %d)", restored, epoch + 1, batch)
         else:

@@ -1,0 +1,74 @@
+"""Survivor saves (runtime/survivors.py): which save the next group restores, and the step a
+survivor's weights reflect after a failed step."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+from multiworker.runtime import survivors
+from multiworker.runtime.files import write_json
+
+UID = "uid-1"
+
+
+def put(root: Path, generation: int, worker: int, step: int, *, complete: bool = True,
+        uid: str = UID, state_step: int | None = None) -> None:
+    where = root / survivors.SURVIVORS_DIR / f"g{generation}-w{worker}-s{step}"
+    where.mkdir(parents=True)
+    (where / "ckpt.index").write_text("")
+    if complete:
+        write_json(str(where / survivors.STATE_FILE),
+                   {"step": step if state_step is None else state_step,
+                    "generation": generation, "worker": worker, "jobUid": uid})
+
+
+def test_the_newest_complete_save_of_this_job_is_chosen(tmp_path: Path) -> None:
+    put(tmp_path, 3, 1, 353)
+    put(tmp_path, 3, 2, 354)
+    put(tmp_path, 3, 0, 360, complete=False)  # torn: its state.json never written
+    put(tmp_path, 3, 1, 370, uid="another-job")  # another job's, in a hand-set directory
+    put(tmp_path, 3, 2, 380, state_step=381)  # name and state disagree: not trusted
+    newest = survivors.newest(str(tmp_path), UID)
+    assert newest is not None
+    assert (newest.step, newest.worker, newest.describe()) == \
+        (354, 2, "survivor worker-2, generation 3")
+    assert newest.path == os.path.join(tmp_path, "survivors", "g3-w2-s354", "ckpt")
+
+
+def test_among_equal_steps_the_later_generation_wins(tmp_path: Path) -> None:
+    put(tmp_path, 2, 0, 100)
+    put(tmp_path, 4, 1, 100)
+    newest = survivors.newest(str(tmp_path), UID)
+    assert newest is not None and newest.generation == 4
+
+
+def test_no_survivors_directory_means_none(tmp_path: Path) -> None:
+    assert survivors.newest(str(tmp_path), UID) is None
+
+
+def test_a_periodic_checkpoint_prunes_the_saves_it_covers(tmp_path: Path) -> None:
+    put(tmp_path, 1, 0, 90)
+    put(tmp_path, 1, 1, 100)
+    put(tmp_path, 1, 2, 101)
+    survivors.prune(str(tmp_path), 100)
+    assert sorted(os.listdir(tmp_path / "survivors")) == ["g1-w2-s101"]
+
+
+@pytest.mark.parametrize("updated", [False, True])
+def test_the_witness_tells_whether_the_failed_step_moved_the_weights(updated: bool) -> None:
+    """Keras may count a step whose gradients never arrived (weights at N, iterations N+1),
+    and a collective after the update may fail once the weights moved (N+1)."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x, y = np.ones((4, 2), "float32"), np.zeros((4, 1), "float32")
+    model.train_on_batch(x, y)
+    witness = survivors.Witness(model)
+    witness.step_done(1)
+    model.optimizer.iterations.assign_add(1)  # counted either way
+    if updated:
+        model.train_on_batch(x, y)
+    assert witness.reflected_step() == (2 if updated else 1)

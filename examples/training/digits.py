@@ -48,6 +48,7 @@ def main(ctx: runtime.WorkerContext, args: argparse.Namespace) -> None:
         training_data(x_train, y_train, global_batch),
         epochs=args.epochs,
         steps_per_epoch=math.ceil(len(x_train) / global_batch),  # about one pass per epoch
+        checkpoint_every_steps=args.checkpoint_every or None,
     )
     if args.model_path:
         runtime.save_model(ctx, model, args.model_path)
@@ -131,6 +132,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="per worker; the global batch is this times the number of workers",
     )
     option("--learning-rate", type=float, default=float(env("TRAIN_LEARNING_RATE", "0.01")))
+    option(
+        "--checkpoint-every",
+        type=int,
+        default=int(env("TRAIN_CHECKPOINT_EVERY", "0")),
+        help="steps between checkpoints; 0 checkpoints at each epoch end",
+    )
     option(
         "--target-accuracy",
         type=float,

@@ -16,8 +16,11 @@ changing the command; flags win. `--step-sleep` slows training so tests can inte
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 import os
+import signal
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -36,6 +39,9 @@ EXAMPLES = 4096
 
 
 def main(ctx: runtime.WorkerContext, args: argparse.Namespace) -> None:
+    if args.seed is not None:  # the same run twice gives the same weights (the oracle test)
+        keras.utils.set_random_seed(args.seed)
+        tf.config.experimental.enable_op_determinism()
     runtime.wait_for_peers(ctx)
     strategy = runtime.make_strategy(ctx)
     with strategy.scope():
@@ -53,7 +59,16 @@ def main(ctx: runtime.WorkerContext, args: argparse.Namespace) -> None:
     )
     if args.model_path:
         runtime.save_model(ctx, model, args.model_path)
+    log.info("weights digest %s", weights_digest(model))
     check_target(model, args.target_loss)
+
+
+def weights_digest(model: keras.Model) -> str:
+    """The trained weights, bit for bit, in a few characters."""
+    digest = hashlib.sha256()
+    for weight in model.weights:
+        digest.update(np.asarray(weight.numpy()).tobytes())
+    return digest.hexdigest()[:16]
 
 
 def true_solution() -> tuple[np.ndarray, float]:
@@ -111,20 +126,33 @@ class TestHooks(keras.callbacks.Callback):
         )
         self._fail_at_epoch = args.fail_at_epoch
         self._exit_code = args.exit_code
+        # --kill: SIGKILL this worker at a step of this generation, `begin` (before its
+        # collective: the peers wait in the all-reduce) or `end` (after the step's callbacks,
+        # a checkpoint included); `step` absolute, or `after` steps into the generation.
+        self._kills = [k for k in json.loads(args.kill or "[]")
+                       if k["generation"] == config.restart_count
+                       and k["worker"] == config.worker_index]
+        self._first: int | None = None
 
-    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        if self._crash and epoch + 1 == self._fail_at_epoch:
-            log.error(
-                "simulated crash at the start of epoch %d: exit %d",
-                epoch + 1,
-                self._exit_code,
-            )
-            logging.shutdown()
-            os._exit(self._exit_code)
+    def _kill_if(self, when: str, step: int) -> None:
+        if self._first is None:  # the generation's first step (its begin comes first)
+            self._first = step
+        for kill in self._kills:
+            target = kill["step"] if "step" in kill else self._first - 1 + kill["after"]
+            if kill["at"] == when and step == target:
+                log.warning("test: SIGKILL at the %s of step %d", when, step)
+                logging.shutdown()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._kills:
+            self._kill_if("begin", int(self.model.optimizer.iterations.numpy()) + 1)
 
     def on_train_batch_end(
         self, batch: int, logs: dict[str, Any] | None = None
     ) -> None:
+        if self._kills:
+            self._kill_if("end", int(self.model.optimizer.iterations.numpy()))
         if self._sleep:
             time.sleep(self._sleep)
 
@@ -187,6 +215,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=int,
         default=int(env("TRAIN_FAIL_GENERATION", "0")),
         help="crash only in this group generation (MWJ_RESTART_COUNT); -1: every one",
+    )
+    option(
+        "--seed",
+        type=int,
+        default=int(env("TRAIN_SEED")) if env("TRAIN_SEED") else None,
+        help="seed every random choice and make TensorFlow's ops deterministic",
+    )
+    option(
+        "--kill",
+        default=env("TRAIN_KILL", ""),
+        help='tests: JSON list of {"generation", "worker", "at": "begin"|"end", "step" or '
+        '"after"}: SIGKILL this worker there',
     )
     return parser.parse_args(argv)
 

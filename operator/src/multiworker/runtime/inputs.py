@@ -30,9 +30,15 @@ class PersistentDistributedDataset(input_lib.DistributedDataset):
     Keras accepts it as the `tf.distribute.DistributedDataset` it is.
     """
 
-    def __init__(self, distributed: input_lib.DistributedDataset) -> None:
+    def __init__(self, distributed: input_lib.DistributedDataset, skip: int = 0) -> None:
         self.__dict__.update(distributed.__dict__)
         self._persistent: Any = None
+        if skip:
+            # Each worker's own stream, as sharded and rebatched for it: one element per step.
+            # Skipping the user's dataset instead would skip minibatches, not steps, where
+            # TensorFlow rebatches at the batch op (its legacy rebatch).
+            clones: list[Any] = self._cloned_datasets  # type: ignore[has-type]
+            self._cloned_datasets = [d.skip(skip) for d in clones]
 
     def __iter__(self) -> Any:
         if self._persistent is None:
@@ -41,9 +47,13 @@ class PersistentDistributedDataset(input_lib.DistributedDataset):
         return self._persistent
 
 
-def distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset) -> Any:
-    """The dataset as Keras should get it under `strategy` (see the module docstring)."""
-    return PersistentDistributedDataset(strategy.experimental_distribute_dataset(dataset))
+def distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset, skip: int = 0
+               ) -> Any:
+    """The dataset as Keras should get it under `strategy` (see the module docstring), its
+    first `skip` steps passed over (a resumed run continues where the restored step left
+    off; tf.data reads them, so a deterministic pipeline gives the batches an uninterrupted
+    run would have used next)."""
+    return PersistentDistributedDataset(strategy.experimental_distribute_dataset(dataset), skip)
 
 
 def _never_destroy(obj: object) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -56,8 +57,11 @@ def fit(
     reports progress, and on SIGTERM checkpoints and raises Preempted (exit 143). A collective
     failure raises CollectiveAborted (exit 4). A checkpoint directory that not every worker
     sees exits 2 at start; a newer generation's claim on it raises Superseded (exit 5) at start
-    or before a save (agreement.py). `dataset` must yield batches indefinitely (e.g.
-    `.repeat()`); one iterator over it serves the whole run (inputs.py).
+    or before a save (agreement.py). `dataset` must yield one global batch per step,
+    indefinitely (e.g. `.repeat()`); one iterator over it serves the whole run (inputs.py), and
+    a resumed run starts it at the batch the restored step left off (deterministic pipelines
+    then train exactly as an uninterrupted run would). When a peer dies, this worker saves its
+    replica before exiting 4 (survivors.py).
     """
     witness = survivors.Witness(model)
     try:
@@ -126,7 +130,9 @@ def _fit(
         *callbacks,
     ]
     context.progress.set_phase(Phase.TRAINING)
-    data = distribute(strategy, dataset)  # one iterator for all segments
+    # One iterator for all segments, starting at the batch the restored step left off.
+    data = distribute(strategy, dataset, skip=restored)
+    _build_once(model)
     for segment in segments:
         model.fit(
             data,
@@ -137,6 +143,21 @@ def _fit(
             shuffle=False,  # a tf.data pipeline shuffles itself
             verbose=0,
         )
+
+
+def _build_once(model: keras.Model) -> None:
+    """Keras's TF trainer takes one batch from the input at the start of every `fit` call to
+    build the model symbolically, then starts a new iterator, so nothing is lost; from the one
+    persistent iterator (inputs.py) that batch is gone. So it builds at the first call only:
+    the segments of a resumed run then train on the batches an uninterrupted run does (each
+    run loses the one batch its first call takes, the same for both)."""
+    original = model._maybe_symbolic_build
+
+    def once(iterator: Any = None, data_batch: Any = None) -> Any:
+        model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+        return original(iterator=iterator, data_batch=data_batch)
+
+    model._maybe_symbolic_build = once
 
 
 def _store(model: keras.Model, config: RuntimeConfig) -> CheckpointStore | None:

@@ -33,6 +33,8 @@ from tests.runtime.workers import (
 )
 from tests.support import wait_for
 
+STUCK_SECONDS = 2.0  # runtime/survivors.py (which imports TensorFlow)
+
 # Detection takes the timeout plus a heartbeat check interval; exiting is immediate (exits.py).
 ABORT_SLACK = 10.0
 
@@ -171,3 +173,40 @@ def frozen_step(workers: list[Worker], window: float = 1.0) -> int | None:
         if before == after and len(after) == 1 and None not in after
         else None
     )
+
+
+@pytest.mark.timeout(240)
+def test_survivors_stuck_in_a_collective_save_on_sigterm_and_the_group_resumes_there(
+    launcher: Launcher, tmp_path: Path, report: Any
+) -> None:
+    """A peer that hangs without resetting its connections (SIGSTOP here; a node powered off)
+    leaves the others waiting in their collective, where no Python signal handler runs. The
+    operator's SIGTERM (it tears the broken group down) still makes each of them save its
+    replica and exit 143 at once, and the next group resumes there — not from step 0: no
+    periodic checkpoint was due yet."""
+    checkpoints = tmp_path / "checkpoints"
+    args = ("--epochs", "3", "--steps-per-epoch", "20", "--checkpoint-every", "100")
+    first = launcher.start(3, checkpoint_dir=checkpoints, args=(*args, "--step-sleep", "0.1"))
+    wait_for(lambda: (step_of(first[0]) or 0) >= 25, timeout=120, interval=0.2,
+             describe=launcher.logs)
+    first[1].signal(signal.SIGSTOP)
+    survivors = [first[0], first[2]]
+    time.sleep(STUCK_SECONDS + 2)  # longer than any step: stuck
+    last = max(step_of(w) or 0 for w in survivors)
+    for worker in survivors:
+        worker.signal(signal.SIGTERM)
+    terminated = time.monotonic()
+    exits = wait_exits(survivors, 30, terminated)
+    first[1].signal(signal.SIGKILL)
+    report(f"SIGSTOP worker 1, SIGTERM the others while stuck -> exits {exits}")
+    assert {i: code for i, (code, _) in exits.items()} == {0: 143, 2: 143}, launcher.logs()
+    assert max(s for _, s in exits.values()) < 5, exits
+    saved = [survivor_step(w) for w in survivors]
+    assert saved == [last, last], (saved, last, launcher.logs())
+    assert not (checkpoints / "checkpoint").exists()  # no periodic checkpoint was due
+
+    second = launcher.start(3, generation=1, checkpoint_dir=checkpoints, args=args)
+    codes = [w.wait(timeout=120) for w in second]
+    assert codes == [0, 0, 0], launcher.logs()
+    for worker in second:
+        assert f"resuming from step {last} " in worker.log()

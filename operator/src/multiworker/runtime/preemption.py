@@ -3,12 +3,19 @@
 Stopping alone is not an option in MWMS: the other workers would wait in the next collective
 until it times out. So the handler only records the request; training then agrees with its
 peers (see `callbacks.PreemptionCallback`), checkpoints, and exits 143.
+
+A trainer stuck in a collective — a peer that hangs, or a node that vanished without resetting
+its connections — runs no Python handler until the collective gives up. So a thread also
+hears SIGTERM (the interpreter's wakeup fd): when training is stuck (`last_gasp` says so, and
+saves this worker's replica: survivors.py), it exits 143 at once instead of waiting for a
+kill.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -35,6 +42,9 @@ class StopSignal:
     def __init__(self, superseded: Callable[[], bool] = lambda: False) -> None:
         self._requested = threading.Event()
         self._superseded = superseded
+        # Set by training: saves this worker's replica when training is stuck (True: saved or
+        # nothing to save, exit now), else False (training will stop at an agreed step).
+        self.last_gasp: Callable[[], bool] = lambda: False
 
     def install(self) -> None:
         """Takes over SIGTERM and starts watching for a newer generation. Call after TF's
@@ -43,6 +53,20 @@ class StopSignal:
         signal.signal(signal.SIGTERM, self._handle)
         threading.Thread(target=self._exit_once_superseded, name="superseded",
                          daemon=True).start()
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        threading.Thread(target=self._hear_signals, args=(read,), name="sigterm-while-stuck",
+                         daemon=True).start()
+
+    def _hear_signals(self, read: int) -> None:
+        """SIGTERM heard while the main thread may be stuck in a collective (see the module
+        docstring)."""
+        while True:
+            received = os.read(read, 64)
+            if signal.SIGTERM in received and self.last_gasp():
+                log.warning("SIGTERM while training is stuck in a collective: exiting")
+                exit_now(ExitCode.PREEMPTED)
 
     def request(self) -> None:
         self._requested.set()
@@ -70,6 +94,7 @@ class StopSignal:
         while not self._superseded():
             time.sleep(SUPERSEDED_POLL_SECONDS)
         log.warning("the group restarts in place as a newer generation: exiting at once")
+        self.last_gasp()  # a replica stuck in a broken collective is saved first
         exit_now(ExitCode.PREEMPTED)
 
 

@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 
 SURVIVORS_DIR = "survivors"
 STATE_FILE = "state.json"
+# Training counts as stuck (in a collective whose peer is gone) once no step completed for
+# this long, or for three of its usual steps if they are longer.
+STUCK_SECONDS = 2.0
 _NAME = re.compile(r"^g(\d+)-w(\d+)-s(\d+)$")
 
 
@@ -113,6 +117,10 @@ class Witness:
         self._fingerprint: Any = None  # built at the first step: a model builds lazily
         self.step: int | None = None
         self._seen: tf.Tensor | None = None
+        self._at = time.monotonic()  # when the last step completed
+        self._usual = 0.0  # a step's usual duration (moving average)
+        self.lock = threading.Lock()  # one save at a time (the main thread or a signal's)
+        self.saved: SurvivorSave | None = None
 
     def step_done(self, step: int) -> None:
         if self._fingerprint is None:
@@ -124,6 +132,14 @@ class Witness:
             self._fingerprint = tf.function(fingerprint) if variables else False
         self.step = step
         self._seen = self._fingerprint() if self._fingerprint else None
+        now = time.monotonic()
+        self._usual = 0.9 * self._usual + 0.1 * (now - self._at) if self._usual else now - self._at
+        self._at = now
+
+    def stuck(self) -> bool:
+        """No step completed for much longer than steps take (after the first one)."""
+        waited = time.monotonic() - self._at
+        return self.step is not None and waited > max(STUCK_SECONDS, 3 * self._usual)
 
     def reflected_step(self) -> int | None:
         """The step the weights reflect now, after a failed step (None: no step completed in
@@ -142,6 +158,14 @@ def save(model: keras.Model, config: RuntimeConfig, witness: Witness) -> Survivo
     directory = config.checkpoint_dir
     if directory is None or not config.survivor_saves:
         return None
+    with witness.lock:
+        if witness.saved is None:
+            witness.saved = _write(model, config, witness, directory)
+        return witness.saved
+
+
+def _write(model: keras.Model, config: RuntimeConfig, witness: Witness, directory: str
+           ) -> SurvivorSave | None:
     step = witness.reflected_step()
     if step is None:
         return None

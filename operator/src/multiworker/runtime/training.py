@@ -64,6 +64,7 @@ def fit(
     replica before exiting 4 (survivors.py).
     """
     witness = survivors.Witness(model)
+    context.stop.last_gasp = lambda: _last_gasp(context, model, witness)
     try:
         _fit(context, model, dataset, epochs, steps_per_epoch, checkpoint_every_steps,
              [WitnessCallback(witness), *callbacks])
@@ -74,6 +75,16 @@ def fit(
         if saved is not None:
             message += f"; saved this survivor's state at step {saved.step}"
         raise CollectiveAborted(message) from e
+
+
+def _last_gasp(context: WorkerContext, model: keras.Model, witness: survivors.Witness) -> bool:
+    """SIGTERM (or an in-place restart) while training is stuck in a collective whose peer is
+    gone: save this replica now (from another thread: the main one waits in the collective)
+    and let the caller exit; False while training moves (it stops at an agreed step)."""
+    if not witness.stuck():
+        return False
+    _save_survivor(context, model, witness)
+    return True
 
 
 def _save_survivor(context: WorkerContext, model: keras.Model,

@@ -186,6 +186,10 @@ def test_lost_node_restarts_the_group_on_the_remaining_node_as_a_disruption(
     # Found by its silent Lease (renewed every 10 s), not by NotReady 50 s later.
     assert f"node {victim} last renewed its Lease at" in failure["message"], failure
     assert set(placement(jobs, name, 1).values()) == {survivor}
+    # The workers left on the other node waited in their collective for the frozen peers; the
+    # operator's SIGTERM made them save their replicas, and the new group resumed from those.
+    progress = jobs.status(name).get("progress") or {}
+    assert (progress.get("resumedFrom") or "").startswith("survivor worker-"), progress
     # The node comes back while the new group trains: nothing on it may read as lost now.
     outages.end(victim)
     wait_node_ready(cluster, victim)

@@ -13,6 +13,7 @@ from multiworker.decide.progress import (
     Report,
     Targets,
     final_progress,
+    last_step_known,
     parse_report,
     progress_key,
     progress_of,
@@ -144,3 +145,16 @@ def test_final_progress_is_read_only_from_a_well_formed_final_report(
 ) -> None:
     found = final_progress(message)
     assert (found.step if found else None) == step
+
+
+@pytest.mark.parametrize(("reported", "messages", "last"), [
+    (40, [], 40),
+    (40, ["collective aborted; saved this survivor's state at step 47", ""], 47),
+    (None, ["saved this survivor's state at step 12", "saved this survivor's state at step 13"],
+     13),
+    (None, ["exited 1"], None),
+])
+def test_the_last_step_known_is_the_chief_report_or_a_survivor_save(
+    reported: int | None, messages: list[str], last: int | None
+) -> None:
+    assert last_step_known(reported, messages) == last

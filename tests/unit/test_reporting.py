@@ -9,13 +9,20 @@ from typing import Any
 
 import pytest
 from multiworker.clients import metrics
-from multiworker.decide.progress import BadReport, GroupHealth, Report, Targets, track
+from multiworker.decide.progress import (
+    BadReport,
+    GroupHealth,
+    Report,
+    Targets,
+    parse_report,
+    track,
+)
 from multiworker.decide.stragglers import STRAGGLER_POLLS, mark_stragglers
 from multiworker.reconcile.reconcile import Outcome, reconcile
 
 from tests.unit.builders import NAMESPACE, job_body
 from tests.unit.fake_cluster import FakeCluster
-from tests.unit.test_progress import report
+from tests.unit.test_progress import body, raw, report
 
 
 @pytest.fixture(autouse=True)
@@ -109,6 +116,35 @@ def test_a_resume_from_a_survivors_save_says_whose() -> None:
     assert resumed == [("Normal", "TrainingResumed",
                         ("generation 0 resumed training at step 46, saved by survivor "
                          "worker-2, generation 0 when a peer failed"))]
+
+
+def test_what_a_failure_cost_is_counted_once_the_next_group_resumes() -> None:
+    """The chief last reported step 40; worker-1 saved its replica at step 47 when its peer
+    died (its termination message says so). The next group resumes at 47: nothing lost."""
+    cluster, targets = started()
+    health = poll(cluster, targets, None, {0: report(step=40), 1: report(1, step=40)})
+    step(cluster, health)
+    cluster.exit(0, 137, "OOMKilled")
+    cluster.exit(1, 4, message="collective aborted; saved this survivor's state at step 47")
+    for _ in range(4):
+        step(cluster, seconds=3)
+    failure = cluster.status["lastFailure"]
+    assert (failure["worker"], failure["lastStep"]) == (0, 47), cluster.events
+    cluster.finish_deletions()
+    step(cluster)
+    cluster.run()
+    outcome = step(cluster)
+    assert outcome.targets is not None and outcome.targets.generation == 1
+    before = metrics.STEPS_LOST._value.get()
+    resumed = parse_report(body(raw(0, 48, generation=1, restoredFromStep=47,
+                                    restoredFrom="survivor worker-1, generation 0")), 0, 1)
+    assert isinstance(resumed, Report)
+    health = poll(cluster, outcome.targets, None, {0: resumed})
+    step(cluster, health)
+    assert cluster.status["lastFailure"]["stepsLost"] == 0
+    assert metrics.STEPS_LOST._value.get() == before
+    events = [m for _, r, m in cluster.events if r == "TrainingResumed"]
+    assert events[-1].endswith("; 0 steps lost (the last step done was 47)"), events
 
 
 def stalled(cluster: FakeCluster, targets: Targets) -> GroupHealth:

@@ -37,6 +37,8 @@ MWJ_POD_GENERATION_FILE = "MWJ_POD_GENERATION_FILE"
 # "0": when a peer dies, the survivors do not save their replicas (runtime/survivors.py); the
 # next group resumes from the periodic checkpoint. Unset: they do.
 MWJ_SURVIVOR_SAVES = "MWJ_SURVIVOR_SAVES"
+# How a survivor's termination message says it saved its replica (the operator reads the step).
+SURVIVOR_SAVED = "saved this survivor's state at step"
 # Never set by the operator: every worker's progress port, by index, for groups whose workers
 # share one host (tests, a laptop). Unset: each peer serves on MWJ_PROGRESS_PORT.
 MWJ_PROGRESS_PORTS = "MWJ_PROGRESS_PORTS"

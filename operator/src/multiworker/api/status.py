@@ -57,6 +57,12 @@ class FailureRecord(Model):
     """When the failure was observed."""
     action: str
     """What the operator did: RestartGroup, RestartGroupWithoutCounting or FailJob."""
+    last_step: int | None = None
+    """The last training step a worker was known to have completed then: the chief's last
+    report, or a survivor's save (runtime: saved when a peer died)."""
+    steps_lost: int | None = None
+    """Steps trained before the failure that the next group had to train again (lastStep
+    less the step it resumed from), once it resumed."""
 
 
 class ProgressStatus(Model):

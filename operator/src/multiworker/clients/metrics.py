@@ -18,6 +18,10 @@ GROUP_RESTARTS = Counter(
     "Deleted, ...) and whether the restart spent the job's budget.",
     ["reason", "counted"],
 )
+STEPS_LOST = Counter(
+    "multiworker_steps_lost_total",
+    "Training steps a failure cost: trained before it, trained again by the next group.",
+)
 STARTUP_SECONDS = Histogram(
     "multiworker_startup_seconds",
     "Time from a job's creation to all workers of its first group running.",

@@ -9,14 +9,15 @@ training → done). Times are the operator's own (when it saw the change), never
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from multiworker.api.contract import FINAL_REPORT_PREFIX
+from multiworker.api.contract import FINAL_REPORT_PREFIX, SURVIVOR_SAVED
 from multiworker.api.status import ProgressStatus
 
 FINISHED_PHASES = frozenset({"done", "failed"})  # training is over; the pod's exit decides
@@ -220,3 +221,15 @@ def progress_key(progress: ProgressStatus | None) -> tuple[int | None, ...]:
         return ()
     return (progress.step, progress.epoch, progress.last_checkpoint_step,
             progress.resumed_from_step)
+
+
+_SURVIVOR_SAVED = re.compile(re.escape(SURVIVOR_SAVED) + r" (\d+)")
+
+
+def last_step_known(reported: int | None, messages: Iterable[str]) -> int | None:
+    """The last step a worker is known to have completed: the chief's last report, or a
+    survivor's save its termination message names (contract.SURVIVOR_SAVED)."""
+    steps = [int(m[1]) for text in messages if (m := _SURVIVOR_SAVED.search(text))]
+    if reported is not None:
+        steps.append(reported)
+    return max(steps, default=None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from multiworker.api.conditions import Reason, Status, Type, find
 from multiworker.api.status import TERMINAL_PHASES, ProgressStatus
+from multiworker.clients import metrics
 from multiworker.decide.hang import inactive_reason
 from multiworker.decide.nodes import HEARTBEAT_STALE
 from multiworker.decide.observe import WorkerPhase
@@ -46,12 +47,27 @@ def record_progress(p: Pass) -> Flow:
             where = f"from the checkpoint of step {resumed}" if origin == "checkpoint" else \
                 f"at step {resumed}, saved by {origin} when a peer failed"
             p.emit(Reason.TRAINING_RESUMED,
-                   f"generation {health.generation} resumed training {where}")
+                   f"generation {health.generation} resumed training {where}"
+                   + _count_steps_lost(p, health.generation, resumed))
         s.progress = progress
     _report_stragglers(p, health)
     _report_readability(p, health)
     _report_blocked_peers(p, health)
     return Flow.CONTINUE
+
+
+def _count_steps_lost(p: Pass, generation: int, resumed: int) -> str:
+    """Records in status.lastFailure what the failure before `generation` cost, in steps
+    (and the metric); the words for the Event."""
+    failure = p.status.last_failure
+    if failure is None or failure.last_step is None or failure.steps_lost is not None \
+            or failure.generation >= generation:
+        return ""
+    lost = max(0, failure.last_step - resumed)
+    p.status.last_failure = failure.model_copy(update={"steps_lost": lost})
+    p.after_write.append(lambda: metrics.STEPS_LOST.inc(lost))
+    steps = "step" if lost == 1 else "steps"
+    return f"; {lost} {steps} lost (the last step done was {failure.last_step})"
 
 
 def _final_progress(p: Pass) -> ProgressStatus | None:

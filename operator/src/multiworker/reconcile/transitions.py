@@ -16,6 +16,7 @@ from multiworker.clients import metrics
 from multiworker.decide.inplace import in_place_blocker
 from multiworker.decide.observe import WorkerPhase
 from multiworker.decide.policy import Action, ActionKind, startup_began
+from multiworker.decide.progress import last_step_known
 from multiworker.reconcile.context import Pass
 from multiworker.reconcile.events import gist, is_problem
 from multiworker.reconcile.gang import gang_enabled
@@ -152,10 +153,12 @@ def forget_group(s: JobStatus) -> None:
 def failure_record(p: Pass, action: Action) -> FailureRecord:
     c = action.culprit
     assert c is not None
+    reported = p.status.progress.step if p.status.progress is not None else None
     return FailureRecord(
         worker=c.worker, generation=p.group.generation, reason=c.reason or action.reason,
         exit_code=c.exit_code, message=c.message or c.description, time=p.now,
         action=action.kind.value,
+        last_step=last_step_known(reported, (w.message for w in p.group.workers)),
     )
 
 

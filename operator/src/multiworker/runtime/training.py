@@ -10,6 +10,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from multiworker.api.contract import SURVIVOR_SAVED
 from multiworker.runtime import survivors
 from multiworker.runtime.aborts import describe_abort
 from multiworker.runtime.agreement import check_same_directory_and_step, enter_directory
@@ -23,6 +24,7 @@ from multiworker.runtime.checkpoint import CheckpointStore
 from multiworker.runtime.config import MWJ_CHECKPOINT_DIR, RuntimeConfig
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.errors import CollectiveAborted
+from multiworker.runtime.exits import write_termination_message
 from multiworker.runtime.inputs import distribute
 from multiworker.runtime.progress import Phase
 from multiworker.runtime.resume import plan_segments
@@ -73,7 +75,7 @@ def fit(
         message = describe_abort(type(e).__name__, e.message, context.config)
         saved = _save_survivor(context, model, witness)
         if saved is not None:
-            message += f"; saved this survivor's state at step {saved.step}"
+            message += f"; {SURVIVOR_SAVED} {saved.step}"
         raise CollectiveAborted(message) from e
 
 
@@ -83,7 +85,9 @@ def _last_gasp(context: WorkerContext, model: keras.Model, witness: survivors.Wi
     and let the caller exit; False while training moves (it stops at an agreed step)."""
     if not witness.stuck():
         return False
-    _save_survivor(context, model, witness)
+    saved = _save_survivor(context, model, witness)
+    message = "SIGTERM while training was stuck in a collective (a peer gone)"
+    write_termination_message(message + (f"; {SURVIVOR_SAVED} {saved.step}" if saved else ""))
     return True
 
 

@@ -351,6 +351,10 @@ def test_a_group_that_ended_broken_is_deleted_with_a_short_grace_period(
                             message="", time=at(10), action=action)
     assert broken_group_grace(failure, 0, own) == grace
     assert broken_group_grace(None, 0, own) is None
+    # Workers that save their replicas on the way out (the runtime, with checkpoints) get
+    # spec.restartPolicy.survivorSaveSeconds instead of 3 s, never more than their own.
+    saving = broken_group_grace(failure, 0, own, survivor_save=10)
+    assert saving == (None if grace is None else min(own, 10))
 
 
 @pytest.mark.parametrize(("spent", "kind", "delay"), [

@@ -125,6 +125,11 @@ class RestartPolicy(Model):
     node, IP, GPUs and volumes, and no trainer of the new group starts before every trainer of
     the old one stopped; otherwise it recreates them, saying why. Takes effect for pods created
     after it is set."""
+    survivor_save_seconds: int = Field(default=10, ge=0, le=600)
+    """How long the pods of a group broken by a worker's failure or a lost node may take to
+    stop, when its workers run the multiworker runtime with checkpoints: its survivors save
+    their replicas on the way out (0.1 s for the test model; longer for a large model on slow
+    storage) and exit as soon as they have. Other jobs' broken groups get 3 s."""
     agent_port: int = Field(default=contract.DEFAULT_AGENT_PORT, ge=1, le=65535)
     """InPlace only: the port where each pod's restart agent hears of a new generation from
     the operator at once (the pod's labels reach it too, later: the kubelet refreshes them on

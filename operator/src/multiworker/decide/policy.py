@@ -338,18 +338,21 @@ def lost_node_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup,
 
 
 def broken_group_grace(failure: FailureRecord | None, generation: int | None,
-                       own_grace: int) -> int | None:
+                       own_grace: int, survivor_save: int | None = None) -> int | None:
     """The grace period for deleting a pod of group `generation` (None: the pod's own).
 
     A group whose end `failure` records as broken — a worker's process failed (a counted
-    restart) or its node was lost — gets at most BROKEN_GROUP_GRACE_SECONDS. Disruptions (an
+    restart) or its node was lost — gets at most BROKEN_GROUP_GRACE_SECONDS, or
+    `survivor_save` (spec.restartPolicy.survivorSaveSeconds) where its survivors save their
+    replicas on the way out (the runtime's workers, with checkpoints). Disruptions (an
     eviction, a preemption, a deleted pod) and hangs keep theirs: every trainer may be alive
     there (a stall they all share), and saving with the others."""
     if failure is None or generation is None or failure.generation != generation:
         return None
     broken = failure.reason == "NodeLost" or (
         failure.exit_code not in (None, 0) and failure.action == ActionKind.RESTART_GROUP)
-    return min(own_grace, BROKEN_GROUP_GRACE_SECONDS) if broken else None
+    bound = BROKEN_GROUP_GRACE_SECONDS if survivor_save is None else survivor_save
+    return min(own_grace, bound) if broken else None
 
 
 def disruption_action(spec: MultiWorkerJobSpec, status: JobStatus, culprit: Culprit) -> Action:

@@ -194,7 +194,9 @@ def delete_stale_pods(p: Pass) -> Flow:
     doomed: dict[tuple[int | None, int | None], list[StalePod]] = {}  # (generation, grace)
     for pod in stale:
         if pod.deletion is None:
-            grace = broken_group_grace(p.status.last_failure, pod.generation, own_grace)
+            grace = broken_group_grace(
+                p.status.last_failure, pod.generation, own_grace,
+                p.job.spec.restart_policy.survivor_save_seconds if fenced else None)
             doomed.setdefault((pod.generation, grace), []).append(pod)
             continue
         due = pod.deletion + FORCE_DELETE_AFTER

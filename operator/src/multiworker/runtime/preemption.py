@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 # How often a trainer looks whether its pod moved to a newer generation (a read of the agent's
 # small file on a memory-backed volume).
 SUPERSEDED_POLL_SECONDS = 0.1
+STUCK_POLL_SECONDS = 0.1  # after a SIGTERM: how often to look whether training is stuck
+SUPERSEDED_SAVE_SECONDS = 3.0  # superseded in place: how long to wait to tell it is stuck
 
 
 class StopSignal:
@@ -42,9 +44,10 @@ class StopSignal:
     def __init__(self, superseded: Callable[[], bool] = lambda: False) -> None:
         self._requested = threading.Event()
         self._superseded = superseded
-        # Set by training: saves this worker's replica when training is stuck (True: saved or
-        # nothing to save, exit now), else False (training will stop at an agreed step).
-        self.last_gasp: Callable[[], bool] = lambda: False
+        # Set by training, asked after a SIGTERM at `signalled` (monotonic): True when it saved
+        # this worker's replica because training is stuck (exit now), None once training
+        # moved since (it stops at an agreed step), False while it cannot tell yet.
+        self.last_gasp: Callable[[float], bool | None] = lambda signalled: None
 
     def install(self) -> None:
         """Takes over SIGTERM and starts watching for a newer generation. Call after TF's
@@ -64,7 +67,12 @@ class StopSignal:
         docstring)."""
         while True:
             received = os.read(read, 64)
-            if signal.SIGTERM in received and self.last_gasp():
+            if signal.SIGTERM not in received:
+                continue
+            signalled = time.monotonic()
+            while (verdict := self.last_gasp(signalled)) is False:
+                time.sleep(STUCK_POLL_SECONDS)
+            if verdict:
                 log.warning("SIGTERM while training is stuck in a collective: exiting")
                 exit_now(ExitCode.PREEMPTED)
 
@@ -94,7 +102,11 @@ class StopSignal:
         while not self._superseded():
             time.sleep(SUPERSEDED_POLL_SECONDS)
         log.warning("the group restarts in place as a newer generation: exiting at once")
-        self.last_gasp()  # a replica stuck in a broken collective is saved first
+        # A replica stuck in the broken collective is saved first (a moment to tell).
+        noticed = time.monotonic()
+        while self.last_gasp(noticed) is False and \
+                time.monotonic() < noticed + SUPERSEDED_SAVE_SECONDS:
+            time.sleep(STUCK_POLL_SECONDS)
         exit_now(ExitCode.PREEMPTED)
 
 

@@ -136,6 +136,10 @@ class Witness:
         self._usual = 0.9 * self._usual + 0.1 * (now - self._at) if self._usual else now - self._at
         self._at = now
 
+    def stepped_since(self, moment: float) -> bool:
+        """Whether a step completed after `moment` (monotonic)."""
+        return self.step is not None and self._at > moment
+
     def stuck(self) -> bool:
         """No step completed for much longer than steps take (after the first one)."""
         waited = time.monotonic() - self._at

@@ -66,7 +66,7 @@ def fit(
     replica before exiting 4 (survivors.py).
     """
     witness = survivors.Witness(model)
-    context.stop.last_gasp = lambda: _last_gasp(context, model, witness)
+    context.stop.last_gasp = lambda signalled: _last_gasp(context, model, witness, signalled)
     try:
         _fit(context, model, dataset, epochs, steps_per_epoch, checkpoint_every_steps,
              [WitnessCallback(witness), *callbacks])
@@ -79,10 +79,14 @@ def fit(
         raise CollectiveAborted(message) from e
 
 
-def _last_gasp(context: WorkerContext, model: keras.Model, witness: survivors.Witness) -> bool:
-    """SIGTERM (or an in-place restart) while training is stuck in a collective whose peer is
-    gone: save this replica now (from another thread: the main one waits in the collective)
-    and let the caller exit; False while training moves (it stops at an agreed step)."""
+def _last_gasp(context: WorkerContext, model: keras.Model, witness: survivors.Witness,
+               signalled: float) -> bool | None:
+    """After a SIGTERM at `signalled` (or an in-place restart: -inf) while training is stuck
+    in a collective whose peer is gone: save this replica now (from another thread: the main
+    one waits in the collective) and let the caller exit (True). None once a step completed
+    since (training moves: it stops at an agreed step); False while it cannot tell yet."""
+    if witness.stepped_since(signalled):
+        return None
     if not witness.stuck():
         return False
     saved = _save_survivor(context, model, witness)

@@ -210,3 +210,27 @@ def test_survivors_stuck_in_a_collective_save_on_sigterm_and_the_group_resumes_t
     assert codes == [0, 0, 0], launcher.logs()
     for worker in second:
         assert f"resuming from step {last} " in worker.log()
+
+
+@pytest.mark.timeout(240)
+def test_a_survivors_save_restores_into_a_group_of_one_worker_fewer(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """A group of 3 loses a worker; its survivors' save restores into a group of 2 (what an
+    elastic restart will do when the lost node has no replacement) and trains on from there."""
+    checkpoints = tmp_path / "checkpoints"
+    args = ("--epochs", "3", "--steps-per-epoch", "20", "--checkpoint-every", "100")
+    first = launcher.start(3, checkpoint_dir=checkpoints, args=(*args, "--step-sleep", "0.1"))
+    wait_for(lambda: (step_of(first[0]) or 0) >= 15, timeout=120, interval=0.2,
+             describe=launcher.logs)
+    first[2].signal(signal.SIGKILL)
+    exits = wait_exits(first[:2], COLLECTIVE_TIMEOUT + ABORT_SLACK + 30, time.monotonic())
+    assert {i: code for i, (code, _) in exits.items()} == {0: 4, 1: 4}, launcher.logs()
+    saved = max(s for w in first[:2] if (s := survivor_step(w)) is not None)
+
+    smaller = launcher.start(2, generation=1, checkpoint_dir=checkpoints, args=args)
+    codes = [w.wait(timeout=120) for w in smaller]
+    assert codes == [0, 0], launcher.logs()
+    for worker in smaller:
+        assert f"resuming from step {saved} " in worker.log()
+        assert "target reached" in worker.log()

@@ -144,6 +144,16 @@ class TestHooks(keras.callbacks.Callback):
                 logging.shutdown()
                 os.kill(os.getpid(), signal.SIGKILL)
 
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._crash and epoch + 1 == self._fail_at_epoch:
+            log.error(
+                "simulated crash at the start of epoch %d: exit %d",
+                epoch + 1,
+                self._exit_code,
+            )
+            logging.shutdown()
+            os._exit(self._exit_code)
+
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if self._kills:
             self._kill_if("begin", int(self.model.optimizer.iterations.numpy()) + 1)

@@ -328,6 +328,9 @@ def bare_api_server(cluster: Cluster, tmp_path: Path) -> Iterator[Cluster]:
                 proc.wait(5)
 
 
+# gang_scheduler: the PodGroup CRD this test installs is built with the coscheduler (in CI, in
+# the background while the first tests run); the gang tests run last of their chain.
+@pytest.mark.usefixtures("gang_scheduler")
 def test_gang_job_without_the_pod_group_crd_says_so_and_recovers_once_installed(
     bare_api_server: Cluster, tmp_path: Path
 ) -> None:

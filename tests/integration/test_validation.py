@@ -148,7 +148,8 @@ def test_defaults_are_visible_in_the_stored_job(jobs: Jobs) -> None:
     assert spec["port"] == 2222 and spec["successPolicy"] == "ChiefSucceeded"
     assert spec["restartPolicy"] == {"maxRestarts": 3, "maxDisruptions": 20, "backoffSeconds": 1,
                                      "maxBackoffSeconds": 300, "defaultAction": "RestartGroup",
-                                     "mode": "Recreate", "agentPort": 8472}
+                                     "mode": "Recreate", "agentPort": 8472,
+                                     "survivorSaveSeconds": 10}
     assert spec["health"]["progressPort"] == 8471
     assert spec["health"]["startupTimeoutSeconds"] == 300
 

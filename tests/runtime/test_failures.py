@@ -175,6 +175,19 @@ def frozen_step(workers: list[Worker], window: float = 1.0) -> int | None:
     )
 
 
+# 60 steps, no periodic checkpoint due before step 100: a resume comes from a survivor's save.
+SHORT_RUN = ("--epochs", "3", "--steps-per-epoch", "20", "--checkpoint-every", "100")
+
+
+def training_past(launcher: Launcher, checkpoints: Path, step: int) -> list[Worker]:
+    """A group of 3 on SHORT_RUN, slowed down, once its chief is past `step`."""
+    group = launcher.start(3, checkpoint_dir=checkpoints,
+                           args=(*SHORT_RUN, "--step-sleep", "0.1"))
+    wait_for(lambda: (step_of(group[0]) or 0) >= step, timeout=120, interval=0.2,
+             describe=launcher.logs)
+    return group
+
+
 @pytest.mark.timeout(240)
 def test_survivors_stuck_in_a_collective_save_on_sigterm_and_the_group_resumes_there(
     launcher: Launcher, tmp_path: Path, report: Any
@@ -185,10 +198,7 @@ def test_survivors_stuck_in_a_collective_save_on_sigterm_and_the_group_resumes_t
     replica and exit 143 at once, and the next group resumes there — not from step 0: no
     periodic checkpoint was due yet."""
     checkpoints = tmp_path / "checkpoints"
-    args = ("--epochs", "3", "--steps-per-epoch", "20", "--checkpoint-every", "100")
-    first = launcher.start(3, checkpoint_dir=checkpoints, args=(*args, "--step-sleep", "0.1"))
-    wait_for(lambda: (step_of(first[0]) or 0) >= 25, timeout=120, interval=0.2,
-             describe=launcher.logs)
+    first = training_past(launcher, checkpoints, 25)
     first[1].signal(signal.SIGSTOP)
     survivors = [first[0], first[2]]
     time.sleep(STUCK_SECONDS + 2)  # longer than any step: stuck
@@ -205,7 +215,7 @@ def test_survivors_stuck_in_a_collective_save_on_sigterm_and_the_group_resumes_t
     assert saved == [last, last], (saved, last, launcher.logs())
     assert not (checkpoints / "checkpoint").exists()  # no periodic checkpoint was due
 
-    second = launcher.start(3, generation=1, checkpoint_dir=checkpoints, args=args)
+    second = launcher.start(3, generation=1, checkpoint_dir=checkpoints, args=SHORT_RUN)
     codes = [w.wait(timeout=120) for w in second]
     assert codes == [0, 0, 0], launcher.logs()
     for worker in second:
@@ -219,16 +229,13 @@ def test_a_survivors_save_restores_into_a_group_of_one_worker_fewer(
     """A group of 3 loses a worker; its survivors' save restores into a group of 2 (what an
     elastic restart will do when the lost node has no replacement) and trains on from there."""
     checkpoints = tmp_path / "checkpoints"
-    args = ("--epochs", "3", "--steps-per-epoch", "20", "--checkpoint-every", "100")
-    first = launcher.start(3, checkpoint_dir=checkpoints, args=(*args, "--step-sleep", "0.1"))
-    wait_for(lambda: (step_of(first[0]) or 0) >= 15, timeout=120, interval=0.2,
-             describe=launcher.logs)
+    first = training_past(launcher, checkpoints, 15)
     first[2].signal(signal.SIGKILL)
     exits = wait_exits(first[:2], COLLECTIVE_TIMEOUT + ABORT_SLACK + 30, time.monotonic())
     assert {i: code for i, (code, _) in exits.items()} == {0: 4, 1: 4}, launcher.logs()
     saved = max(s for w in first[:2] if (s := survivor_step(w)) is not None)
 
-    smaller = launcher.start(2, generation=1, checkpoint_dir=checkpoints, args=args)
+    smaller = launcher.start(2, generation=1, checkpoint_dir=checkpoints, args=SHORT_RUN)
     codes = [w.wait(timeout=120) for w in smaller]
     assert codes == [0, 0], launcher.logs()
     for worker in smaller:

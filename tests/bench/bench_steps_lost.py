@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from multiworker.api.contract import SURVIVOR_SAVED
+
 from tests.runtime.workers import DIGITS, Launcher, Worker, step_of
 
 WORKERS = 3
@@ -45,7 +47,7 @@ def wait_training(group: list[Worker], timeout: float = 180) -> None:
 
 
 def saved_step(worker: Worker) -> int:
-    found = re.search(r"saved this survivor's state at step (\d+)", worker.log())
+    found = re.search(re.escape(SURVIVOR_SAVED) + r" (\d+)", worker.log())
     return int(found[1]) if found else 0
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from multiworker.api.contract import SURVIVOR_SAVED
 
 from tests.runtime.workers import (
     COLLECTIVE_TIMEOUT,
@@ -44,7 +45,7 @@ def epochs_done(worker: Worker) -> list[int]:
 
 
 def survivor_step(worker: Worker) -> int | None:
-    found = re.search(r"saved this survivor's state at step (\d+)", worker.log())
+    found = re.search(re.escape(SURVIVOR_SAVED) + r" (\d+)", worker.log())
     return int(found[1]) if found else None
 
 

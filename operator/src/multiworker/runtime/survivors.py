@@ -31,6 +31,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from multiworker.api.contract import SURVIVOR_SAVED
 from multiworker.runtime import fence
 from multiworker.runtime.config import RuntimeConfig
 from multiworker.runtime.files import read_json, write_json
@@ -191,6 +192,5 @@ def _write(model: keras.Model, config: RuntimeConfig, witness: Witness, director
     write_json(os.path.join(where, STATE_FILE), state)
     saved = SurvivorSave(os.path.join(where, "ckpt"), step, config.restart_count,
                          config.worker_index, seconds)
-    log.warning("a peer failed: saved this survivor's state at step %d in %.2fs (%s)",
-                step, seconds, where)
+    log.warning("a peer failed: %s %d in %.2fs (%s)", SURVIVOR_SAVED, step, seconds, where)
     return saved

@@ -14,6 +14,7 @@ from multiworker.clients.kube import (
     Conflict,
     Created,
     GenerationDeletion,
+    Gone,
     PodDeletion,
     PodPatch,
     RefusalKind,
@@ -54,7 +55,9 @@ class FakeCluster:
         self.renewed_in_api: set[str] = set()  # Leases renewed that the watch has not shown
         self.lease_reads: list[str] = []
         self.objects: dict[str, Manifest] = {}  # PodGroups, by name
-        self.served = True  # the PodGroup API
+        self.served = True  # the PodGroup API (and Kueue's)
+        self.workloads: dict[str, Manifest] = {}  # Kueue Workloads, by name
+        self.workloads_listed = True  # their watch has listed them
         self.fail_status_writes = 0
         self.fail_events = 0  # the next N Event POSTs raise
         self.serve_once: Manifest | None = None  # an outdated read, served once
@@ -96,6 +99,14 @@ class FakeCluster:
 
     def create_object(self, path: str, manifest: Manifest) -> Created:
         name = manifest["metadata"]["name"]
+        if path.endswith("/workloads"):
+            if name in self.workloads:
+                return Created.EXISTS
+            self._uids += 1
+            self.workloads[name] = {**copy.deepcopy(manifest), "metadata": {
+                **copy.deepcopy(manifest["metadata"]), "resourceVersion": "1",
+                "generation": 1, "uid": f"wl-{self._uids}"}}
+            return Created.CREATED
         if name in self.objects:
             return Created.EXISTS
         self.objects[name] = copy.deepcopy(manifest)
@@ -105,7 +116,33 @@ class FakeCluster:
         return copy.deepcopy(self.objects.get(path.rsplit("/", 1)[-1]))
 
     def delete_object(self, path: str) -> None:
-        self.objects.pop(path.rsplit("/", 1)[-1], None)
+        store = self.workloads if "/workloads/" in path else self.objects
+        store.pop(path.rsplit("/", 1)[-1], None)
+
+    def cached_workloads(self, namespace: str, job: str) -> list[Manifest] | None:
+        if not self.workloads_listed:
+            return None
+        return [copy.deepcopy(w) for w in self.workloads.values()
+                if w["metadata"]["labels"].get(names.LABEL_JOB_NAME) == job]
+
+    def _workload(self, path: str, obj: Manifest) -> Manifest:
+        held = self.workloads.get(path.rsplit("/", 1)[-1])
+        if held is None:
+            raise Gone(path)
+        if held["metadata"]["resourceVersion"] != obj["metadata"]["resourceVersion"]:
+            raise Conflict(path)
+        held["metadata"]["resourceVersion"] = str(int(held["metadata"]["resourceVersion"]) + 1)
+        return held
+
+    def replace_status(self, path: str, obj: Manifest, status: Manifest) -> Manifest:
+        held = self._workload(path, obj)
+        held["status"] = copy.deepcopy(status)
+        return copy.deepcopy(held)
+
+    def drop_finalizer(self, path: str, obj: Manifest, finalizer: str) -> None:
+        held = self._workload(path, obj)
+        held["metadata"]["finalizers"] = [
+            f for f in held["metadata"].get("finalizers") or [] if f != finalizer]
 
     def cached_nodes(self) -> list[Manifest]:
         return [copy.deepcopy(n) for n in self.nodes.values()]

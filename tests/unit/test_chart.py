@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 import yaml
 from multiworker.api import names
-from multiworker.clients.kube import FOOTPRINT, NODE_LEASE_FOOTPRINT
+from multiworker.clients.kube import (
+    FOOTPRINT,
+    KUEUE_CLUSTER_FOOTPRINT,
+    KUEUE_FOOTPRINT,
+    NODE_LEASE_FOOTPRINT,
+)
 
 from tests.cluster import BIN, REPO
 
@@ -233,6 +238,24 @@ def test_worker_network_policy_reaches_the_command_line(tmp_path: Path) -> None:
     assert "--worker-network-policy" in args
     env = {e["name"] for e in container(template(tmp_path))["env"]}
     assert "POD_NAMESPACE" in env  # where the policy lets the operator's pods in from
+
+
+def test_kueue_adds_its_flag_and_exactly_the_kueue_calls(tmp_path: Path) -> None:
+    """kueue.enabled: --kueue, and the Kueue calls (KUEUE_FOOTPRINT) on top of the rest, in
+    both modes: namespaced ones in each watched namespace, flavors and classes cluster-wide."""
+    def triples_of(footprint: dict[tuple[str, str], frozenset[str]]) -> set[tuple[str, ...]]:
+        return {(g, r, v) for (g, r), verbs in footprint.items() for v in verbs}
+
+    assert "--kueue" not in container(template(tmp_path))["args"]
+    objs = template(tmp_path, {"kueue": {"enabled": True}})
+    assert "--kueue" in container(objs)["args"]
+    assert rules(one(objs, "ClusterRole")) == NODE_RULES | JOB_RULES | \
+        triples_of(KUEUE_FOOTPRINT) | triples_of(KUEUE_CLUSTER_FOOTPRINT)
+    objs = template(tmp_path, {"kueue": {"enabled": True}, "watchNamespaces": ["team-a"]})
+    assert triples_of(KUEUE_FOOTPRINT) <= rules(one(objs, "Role", "team-a"))
+    assert not triples_of(KUEUE_CLUSTER_FOOTPRINT) & rules(one(objs, "Role", "team-a"))
+    cluster_roles = [o for o in objs if o["kind"] == "ClusterRole"]
+    assert any(triples_of(KUEUE_CLUSTER_FOOTPRINT) <= rules(r) for r in cluster_roles)
 
 
 def test_metrics_service_and_optional_service_monitor(tmp_path: Path) -> None:

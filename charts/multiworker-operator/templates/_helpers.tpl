@@ -81,6 +81,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.workerNetworkPolicy.enabled }}
 - --worker-network-policy
 {{- end }}
+{{- if .Values.kueue.enabled }}
+- --kueue
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}

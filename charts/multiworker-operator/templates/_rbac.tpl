@@ -62,6 +62,18 @@ against the code's REST calls; the e2e suite runs the operator under it.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, create]
+{{- if .Values.kueue.enabled }}
+# kueue.enabled (--kueue): each queued job's Workload, watched (label-selected) into the
+# cache, created before any pod, deleted when an edit replaces it, its finalizer dropped
+# (patch) once the job is done; its status written: the admission cleared after an eviction
+# (which returns the quota), PodsReady, Finished.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [list, watch, create, delete, patch]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [update]
+{{- end }}
 {{- end }}
 
 {{/* Rules for cluster-scoped objects, in every mode. */}}
@@ -72,6 +84,16 @@ against the code's REST calls; the e2e suite runs the operator under it.
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get, list, watch]
+{{- if .Values.kueue.enabled }}
+# kueue.enabled: the admitted ResourceFlavors' node labels and tolerations go to every
+# worker; a priority class's value becomes the Workload's priority.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [resourceflavors, workloadpriorityclasses]
+  verbs: [get]
+- apiGroups: [scheduling.k8s.io]
+  resources: [priorityclasses]
+  verbs: [get]
+{{- end }}
 {{- end }}
 
 {{/* Rules in kube-node-lease, in every mode: the nodes' heartbeats. */}}

@@ -70,6 +70,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--default-gang-scheduling", action="store_true",
                         help="gang-schedule jobs that leave spec.gang.enabled unset (needs the "
                         "coscheduling scheduler and the PodGroup CRD)")
+    parser.add_argument("--kueue", action="store_true",
+                        help="jobs labelled kueue.x-k8s.io/queue-name wait for Kueue to admit "
+                        "them (Kueue v0.17+ with MultiWorkerJob.v1alpha1.multiworker.dev among "
+                        "its integrations.externalFrameworks)")
     parser.add_argument("--worker-network-policy", action="store_true",
                         help="give every job a NetworkPolicy that admits only its own workers "
                         "and, on the progress port, this operator's pods (needs a network "
@@ -93,7 +97,7 @@ def options_of(args: argparse.Namespace, environ: Mapping[str, str]) -> Options:
             raise SystemExit("--worker-network-policy needs --operator-namespace (or "
                              "$POD_NAMESPACE): the policy admits the operator's pods there")
     return Options(gang_default=args.default_gang_scheduling,
-                   policy_operator_namespace=policy_namespace)
+                   policy_operator_namespace=policy_namespace, kueue=args.kueue)
 
 
 def own_identity(environ: Mapping[str, str]) -> str:

@@ -35,6 +35,7 @@ from multiworker.clients.shapes import NODE, OBJECT, POD, Shape
 from multiworker.clients.workqueue import WorkQueue, jittered
 from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS
 from multiworker.decide.observe import Classified
+from multiworker.decide.queueing import FINALIZER, GROUP_VERSION, WORKLOADS, workload_path
 from multiworker.logs import job_logger
 from multiworker.reconcile.context import Options, Outcome
 from multiworker.reconcile.events import event_type
@@ -80,6 +81,12 @@ def _pod_batch_seconds(job: Manifest) -> float:
                max(POD_BATCH_MIN_SECONDS, workers * POD_BATCH_SECONDS_PER_WORKER))
 
 
+def _workload_job(workload: Manifest) -> Key | None:
+    meta = workload.get("metadata", {})
+    job = (meta.get("labels") or {}).get(names.LABEL_JOB_NAME)
+    return (meta.get("namespace", ""), job) if job else None
+
+
 def _node_of(pod: Manifest) -> Key | None:
     node = (pod.get("spec") or {}).get("nodeName")
     return ("", node) if node else None
@@ -121,9 +128,11 @@ class Controller:
     # Not waited for at start: without RBAC for kube-node-lease, the operator runs on and
     # finds lost nodes by their status alone.
     _lease_informer: Informer | None = field(init=False, default=None)
+    _workload_informers: list[Informer] = field(init=False, default_factory=list)  # --kueue
 
     def __post_init__(self) -> None:
-        self.view = View(self.cluster, Store(), Store(index_of=_pod_job), Store())
+        self.view = View(self.cluster, Store(), Store(index_of=_pod_job), Store(),
+                         workload_store=Store(index_of=_workload_job))
         self.queue = WorkQueue()
         self.poller = Poller(notify=self._notify_key, clock=self.clock,
                              status_seconds=self.progress_status_seconds)
@@ -147,6 +156,14 @@ class Controller:
         self.informers.append(self._informer("/api/v1/nodes", self.view.node_store,
                                              self._on_node, None, None, NODE))
         for informer in self.informers:
+            informer.start()
+        # Not waited for: without Kueue installed, a queued job says so (queueing.py).
+        self._workload_informers = [self._informer(
+            workload_path(ns) if ns else f"/apis/{GROUP_VERSION}/{WORKLOADS}",
+            self.view.workload_store, self._on_workload, ns, names.LABEL_JOB_NAME, OBJECT)
+            for ns in scopes] if self.options.kueue else []
+        self.view.workloads_synced = [i.synced for i in self._workload_informers]
+        for informer in self._workload_informers:
             informer.start()
         self._lease_informer = self._informer(NODE_LEASES_PATH, Store(), self._on_lease,
                                               None, None, Shape.of(slim_lease))
@@ -187,7 +204,8 @@ class Controller:
         return f"informers stopped: {', '.join(dead)}" if dead else None
 
     def _all_informers(self) -> list[Informer]:
-        return [*self.informers, *([self._lease_informer] if self._lease_informer else [])]
+        return [*self.informers, *([self._lease_informer] if self._lease_informer else []),
+                *self._workload_informers]
 
     def _informer(self, path: str, store: Store, listener: Callable[..., None],
                   namespace: str | None, selector: str | None,
@@ -239,6 +257,31 @@ class Controller:
         self._expected.get(job, {}).pop(name, None)
         self._pod_seen.setdefault(job, {})[name] = time.monotonic()
         self.queue.add_after(job, _pod_batch_seconds(body))
+
+    def _on_workload(self, kind: str, old: Manifest | None, new: Manifest | None) -> None:
+        obj = new or old
+        assert obj is not None
+        job = _workload_job(obj)
+        if job is None:
+            return
+        if self.view.job_store.get(job) is not None:
+            self.queue.add(job)
+        elif new is not None and self.leads(job[0]):
+            # Its job is gone: the garbage collector deletes it once nothing holds it.
+            self._release_orphan(new)
+
+    def _release_orphan(self, workload: Manifest) -> None:
+        meta = workload["metadata"]
+        if FINALIZER not in (meta.get("finalizers") or []):
+            return
+        path = workload_path(meta.get("namespace", ""), meta["name"])
+        def drop() -> None:
+            try:
+                self.view.cluster.drop_finalizer(path, workload, FINALIZER)
+            except Exception as e:  # a conflict or an error: its next event retries
+                log.info("releasing Workload %s of a deleted job: %s", path, e)
+
+        asyncio.get_running_loop().run_in_executor(None, drop)
 
     def _on_node(self, kind: str, old: Manifest | None, new: Manifest | None) -> None:
         if old is not None and new is not None and _node_health(old) == _node_health(new):

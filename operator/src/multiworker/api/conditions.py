@@ -28,6 +28,7 @@ class Type(StrEnum):
     PROGRESS_REPORTING = "ProgressReporting"  # can hang detection read the workers?
     STATUS_UNREADABLE = "StatusUnreadable"  # the operator refuses to act on this status
     PEERS_REACHABLE = "PeersReachable"  # can the starting workers reach each other?
+    QUEUED = "Queued"  # waiting for Kueue to admit the job (decide/queueing.py)
 
 
 class Reason(StrEnum):
@@ -77,6 +78,16 @@ class Reason(StrEnum):
     IN_PLACE_RELEASED = "InPlaceRestartReleased"
     AVOIDED_NODE_BACK = "AvoidedNodeBack"
     GPU_PRODUCT_FULL = "GpuProductFull"
+    # Kueue (reconcile/queueing.py)
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    EVICTED = "Evicted"
+    PREEMPTED = "Preempted"
+    REQUEUED = "Requeued"
+    KUEUE_DISABLED = "KueueDisabled"
+    KUEUE_NOT_INSTALLED = "KueueNotInstalled"
+    WORKLOAD_REFUSED = "WorkloadRefused"
+    WORKLOAD_REPLACED = "WorkloadReplaced"
 
 
 # Setting the key condition to True switches these off (when present and True).
@@ -84,6 +95,7 @@ _EXCLUDES: dict[Type, tuple[Type, ...]] = {
     Type.RUNNING: (Type.RESTARTING,),
     Type.RESTARTING: (Type.RUNNING,),
     Type.SUSPENDED: (Type.RUNNING, Type.RESTARTING),
+    Type.QUEUED: (Type.RUNNING, Type.RESTARTING),
     Type.SUCCEEDED: (Type.RUNNING, Type.RESTARTING),
     Type.FAILED: (Type.RUNNING, Type.RESTARTING),
 }

@@ -18,6 +18,7 @@ class Phase(StrEnum):
     RUNNING = "Running"
     RESTARTING = "Restarting"
     SUSPENDED = "Suspended"
+    QUEUED = "Queued"  # waiting for Kueue
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 

@@ -52,6 +52,19 @@ FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
     ("scheduling.x-k8s.io", "podgroups"): frozenset({"create", "get", "delete"}),
     ("networking.k8s.io", "networkpolicies"): frozenset({"create", "get"}),
 }
+# With --kueue (chart: kueue.enabled), beside FOOTPRINT: each job's Workload, watched,
+# created, deleted once replaced, its finalizer dropped (merge patch) and its status written
+# (admission cleared after an eviction, PodsReady, Finished); the admitted flavors' and the
+# priority classes' values read (reconcile/queueing.py).
+KUEUE_FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
+    ("kueue.x-k8s.io", "workloads"): frozenset({"list", "watch", "create", "delete", "patch"}),
+    ("kueue.x-k8s.io", "workloads/status"): frozenset({"update"}),
+}
+KUEUE_CLUSTER_FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
+    ("kueue.x-k8s.io", "resourceflavors"): frozenset({"get"}),
+    ("kueue.x-k8s.io", "workloadpriorityclasses"): frozenset({"get"}),
+    ("scheduling.k8s.io", "priorityclasses"): frozenset({"get"}),
+}
 # In kube-node-lease alone (a Role there): the nodes' heartbeats (heartbeats.py).
 NODE_LEASE_FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
     ("coordination.k8s.io", "leases"): frozenset({"get", "list", "watch"}),
@@ -279,6 +292,33 @@ class Cluster:
 
     def delete_object(self, path: str) -> None:
         self._delete(path, {})
+
+    def replace_status(self, path: str, obj: Manifest, status: Manifest) -> Manifest:
+        """PUT `status` as the status subresource of `obj` (as read, at `path`): refused with
+        Conflict if the object changed since it was read, Gone if it is gone."""
+        body = {**obj, "status": status}
+        try:
+            return self.rest.call("PUT", f"{path}/status", body)
+        except ApiException as e:
+            if e.status == 409:
+                raise Conflict(f"{path} changed since it was read") from e
+            if e.status == 404:
+                raise Gone(f"{path} is gone") from e
+            raise
+
+    def drop_finalizer(self, path: str, obj: Manifest, finalizer: str) -> None:
+        """Remove `finalizer` from `obj` (as read, at `path`), only if it has not changed
+        since; gone already is success."""
+        meta = obj.get("metadata", {})
+        kept = [f for f in meta.get("finalizers") or [] if f != finalizer]
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "finalizers": kept}}
+        try:
+            self.rest.call("PATCH", path, body, content_type="application/merge-patch+json")
+        except ApiException as e:
+            if e.status == 409:
+                raise Conflict(f"{path} changed since it was read") from e
+            if e.status != 404:
+                raise
 
     def api_served(self, group_version: str, plural: str) -> bool:
         """Whether discovery lists `plural` in `group_version` (a CRD installed and

@@ -16,6 +16,8 @@ def phase_of(status: JobStatus, group: ObservedGroup, suspended: bool) -> Phase:
         return Phase.FAILED
     if suspended:
         return Phase.SUSPENDED
+    if is_true(status.conditions, Type.QUEUED):
+        return Phase.QUEUED
     current = group.generation == status.group_generation
     if current and group.all_running and not group.stale:
         return Phase.RUNNING

@@ -17,6 +17,7 @@ from multiworker.clients.kube import Created, GenerationDeletion, PodDeletion, P
 from multiworker.decide.nodes import NodeTrouble
 from multiworker.decide.observe import ObservedGroup
 from multiworker.decide.progress import GroupHealth, Targets
+from multiworker.decide.queueing import FlavorFields
 from multiworker.logs import JobLogger
 from multiworker.reconcile.events import event_type
 
@@ -51,6 +52,9 @@ class ClusterIO(Protocol):
     def create_object(self, path: str, manifest: Manifest) -> Created: ...
     def get_object(self, path: str) -> Manifest | None: ...
     def delete_object(self, path: str) -> None: ...
+    def cached_workloads(self, namespace: str, job: str) -> list[Manifest] | None: ...
+    def replace_status(self, path: str, obj: Manifest, status: Manifest) -> Manifest: ...
+    def drop_finalizer(self, path: str, obj: Manifest, finalizer: str) -> None: ...
     def emit_event(
         self, job: Manifest, type_: str, reason: str, message: str, now: datetime
     ) -> None: ...
@@ -80,6 +84,7 @@ class Options:
     # --worker-network-policy: every job gets a NetworkPolicy that admits its own workers and,
     # on the progress port, the operator's pods in this namespace. None: no policy.
     policy_operator_namespace: str | None = None
+    kueue: bool = False  # --kueue: jobs naming a Kueue queue wait for its admission
 
 
 @dataclass
@@ -106,6 +111,7 @@ class Pass:
     created: list[str] = field(default_factory=list)  # pods this pass created
     outdated: bool = False  # the status moved on since this pass read it: write nothing
     agent_notes: list[AgentNote] = field(default_factory=list)
+    flavor_fields: FlavorFields | None = None  # what Kueue's admitted flavors ask of pods
 
     def wake_in(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)

@@ -28,6 +28,7 @@ from multiworker.decide.policy import (
     ActionKind,
     refused_start_action,
 )
+from multiworker.decide.queueing import with_flavor_fields
 from multiworker.reconcile.context import Flow, Pass
 from multiworker.reconcile.gang import (
     API_VERSION,
@@ -75,8 +76,9 @@ def ensure_workers(p: Pass) -> Flow:
     if avoid:
         p.log.info("placing the group away from nodes with a silent Lease: %s", ", ".join(avoid))
     def render(index: int, agent: bool) -> Manifest:
-        return render_worker_pod(p.job, index, s.group_generation, owner, image=s.pinned_image,
-                                 gpu_product=s.gpu_product, avoid_nodes=avoid, agent=agent)
+        pod = render_worker_pod(p.job, index, s.group_generation, owner, image=s.pinned_image,
+                                gpu_product=s.gpu_product, avoid_nodes=avoid, agent=agent)
+        return with_flavor_fields(pod, p.flavor_fields) if p.flavor_fields else pod
 
     agent = in_place(p.job) and _agent_allowed(p, render(0, False))
     pods = [render(w.index, agent) for w in missing]

@@ -76,6 +76,7 @@ from multiworker.reconcile.commit import commit
 from multiworker.reconcile.context import ClusterIO, Flow, Options, Outcome, Pass
 from multiworker.reconcile.creation import ensure_workers, still_blocked, why_not_placed
 from multiworker.reconcile.gang import pod_group_path
+from multiworker.reconcile.queueing import admit_through_queue, finish_workload
 from multiworker.reconcile.render import owner_reference, render_worker_pod
 from multiworker.reconcile.reporting import current_health, poll_targets, record_progress
 from multiworker.reconcile.transitions import (
@@ -156,6 +157,7 @@ def stop_if_finished(p: Pass) -> Flow:
     if p.job.status.phase not in TERMINAL_PHASES:
         return Flow.CONTINUE
     _clean_finished_pods(p)
+    finish_workload(p)
     ttl, completed = p.job.spec.ttl_seconds_after_finished, p.status.completion_time
     if ttl is not None and completed is not None:
         deadline = completed + timedelta(seconds=ttl)
@@ -411,6 +413,7 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
     release_in_place,
     remember_exits,
     suspend_or_resume,
+    admit_through_queue,  # queueing.py: Kueue
     record_progress,
     success_policy,
     failure_policy,

@@ -35,6 +35,9 @@ class View:
     pod_store: Store
     node_store: Store
     heartbeats: Heartbeats = field(default_factory=Heartbeats)
+    # Kueue Workloads by job (--kueue), and whether their first list has arrived.
+    workload_store: Store = field(default_factory=Store)
+    workloads_synced: list[threading.Event] = field(default_factory=list)
     # Our latest status write of a job, and every version our writes replaced since the cache
     # last caught up: two quick writes leave the cache two versions behind, and it must not
     # read as news (a pass on it would write against a stale version and loop on 409s).
@@ -68,6 +71,13 @@ class View:
 
     def cached_node(self, name: str) -> Manifest | None:
         return self.node_store.get(("", name))
+
+    def cached_workloads(self, namespace: str, job: str) -> list[Manifest] | None:
+        """The job's Kueue Workloads; None until their watch has listed them (or without
+        --kueue)."""
+        if not self.workloads_synced or not all(e.is_set() for e in self.workloads_synced):
+            return None
+        return self.workload_store.by_index((namespace, job))
 
     def cached_all_pods(self) -> list[Manifest]:
         """Every pod the operator watches (all jobs'): who holds what, for placement
@@ -134,6 +144,12 @@ class View:
 
     def delete_object(self, path: str) -> None:
         self.cluster.delete_object(path)
+
+    def replace_status(self, path: str, obj: Manifest, status: Manifest) -> Manifest:
+        return self.cluster.replace_status(path, obj, status)
+
+    def drop_finalizer(self, path: str, obj: Manifest, finalizer: str) -> None:
+        self.cluster.drop_finalizer(path, obj, finalizer)
 
     def emit_event(self, job: Manifest, type_: str, reason: str, message: str,
                    now: datetime) -> None:

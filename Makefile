@@ -40,6 +40,10 @@ cluster-down: ## stop the cluster of CLUSTER=local|kind (caches stay; kind: stop
 	case "$(CLUSTER)" in local) hack/cluster/down.sh ;; kind) hack/kind/down.sh ;; \
 	  *) echo "CLUSTER must be local or kind, not '$(CLUSTER)'" >&2; exit 2 ;; esac
 
+kueue-up: ## install Kueue (versions.env) into the cluster CLUSTER names (local|kind), built offline; idempotent
+	case "$(CLUSTER)" in local) hack/cluster/kueue.sh ;; kind) hack/cluster/kueue.sh --kind ;; \
+	  *) echo "kueue-up: CLUSTER must be local or kind, not '$(CLUSTER)'" >&2; exit 2 ;; esac
+
 images: ## build the images offline (cached by content)
 	hack/images/build.sh all
 
@@ -112,4 +116,4 @@ test: venv binaries ## everything CI runs: verify, then all test tiers on the lo
 clean: cluster-down ## stop the cluster and remove local state (caches stay)
 	rm -rf .cluster test-logs
 
-.PHONY: help run locks binaries venv cluster-up cluster-down images images-load images-smoke image-worker-gpu generate verify test-unit test-integration test-e2e test chaos clean
+.PHONY: help run locks binaries venv cluster-up cluster-down kueue-up images images-load images-smoke image-worker-gpu generate verify test-unit test-integration test-e2e test chaos clean

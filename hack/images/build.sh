@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Builds multiworker's container images offline and writes each one as a docker-archive,
 # $MW_CACHE/images/<name>.tar, tagged with its contract name (docs/contracts.md).
-#   build.sh [--force] [pause|base|worker|operator|worker-gpu|operator@REV|all]...
-# `all` (the default) is pause, base, worker and operator; worker-gpu (several GB) only when
-# named. operator@REV: the operator of git revision REV (its sources, Dockerfile and lock, on
-# today's base), tagged multiworker.local/operator:REV — the release an upgrade test starts from.
+#   build.sh [--force] [pause|base|worker|operator|worker-gpu|kueue|operator@REV|all]...
+# `all` (the default) is pause, base, worker and operator; worker-gpu (several GB) and kueue
+# (the Kueue manager, for hack/cluster/kueue.sh) only when named. operator@REV: the operator of
+# git revision REV (its sources, Dockerfile and lock, on today's base), tagged
+# multiworker.local/operator:REV — the release an upgrade test starts from.
 # Each archive is rebuilt only when a hash of its inputs changes (stored beside it as
-# <name>.key): pause.c; the base's script and package list; for worker/operator images/<name>
-# (the Dockerfile and the committed wheel lock, requirements.txt), images/common, the package
-# sources, examples/training and the base image ID.
-# pause and base need only gcc, debootstrap and python3; the others need buildah.
+# <name>.key): pause.c; the kueue binary (hack/cluster/build-kueue.sh builds it first); the
+# base's script and package list; for worker/operator images/<name> (the Dockerfile and the
+# committed wheel lock, requirements.txt), images/common, the package sources,
+# examples/training and the base image ID.
+# pause, kueue and base need only gcc, go, debootstrap and python3; the others need buildah.
 # Debian updates and new PyPI releases are not inputs: `--force base` runs debootstrap again,
 # `make locks` (hack/images/locks.sh) moves the committed locks on purpose.
 set -euo pipefail
@@ -21,12 +23,15 @@ for arg in "$@"; do
   case $arg in
     --force) force=1 ;;
     all) targets+=(pause base worker operator) ;;
-    pause | base | worker | operator | worker-gpu | operator@?*) targets+=("$arg") ;;
-    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown image '$arg' (pause, base, worker, operator, worker-gpu, all)" ;;
+    pause | base | worker | operator | worker-gpu | kueue | operator@?*) targets+=("$arg") ;;
+    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown image '$arg' (pause, base, worker, operator, worker-gpu, kueue, all)" ;;
   esac
 done
 [ ${#targets[@]} -gt 0 ] || targets=(pause base worker operator)
+# The Kueue manager's Go build (minutes when cold; its own lock) before the images' lock, so
+# other image builds do not wait for it.
+if [[ " ${targets[*]} " == *" kueue "* ]]; then "$here/../cluster/build-kueue.sh" >&2; fi
 lock_images
 
 # forced NAME: --force was given and NAME was asked for (not just needed by another image).
@@ -56,6 +61,27 @@ build_pause() {
   rm -rf "$work"
   record pause "$key"
   log "pause: built $(ref pause) ($(human_size "$archives/pause.tar"))"
+}
+
+# kueue: the static Kueue manager (hack/cluster/build-kueue.sh) as /manager, alone in one layer,
+# run as 65532 (distroless' nonroot, as upstream's image) — what kueue.sh's Deployment runs.
+build_kueue() {
+  local key binary
+  binary=$(readlink -f "$cache/bin/kueue") || die "kueue: no binary: run hack/cluster/build-kueue.sh"
+  [ -x "$binary" ] || die "kueue: $binary is missing: run hack/cluster/build-kueue.sh"
+  key=$(hash_text "$(sha256sum "$binary" "$here/mkarchive.py" | cut -c1-64)" "$(ref kueue)" "$(uname -m)")
+  up_to_date kueue "$key" && return 0
+  local work; work=$(mktemp -d)
+  install -m 755 "$binary" "$work/manager"
+  tar --numeric-owner --owner=0 --group=0 --mtime=@0 --format=gnu -C "$work" -cf "$work/layer.tar" manager
+  python3 "$here/mkarchive.py" --layer "$work/layer.tar" --tag "$(ref kueue)" \
+    --arch "$(dpkg --print-architecture)" --entrypoint '["/manager"]' --user 65532:65532 \
+    --label org.opencontainers.image.title=kueue \
+    --label org.opencontainers.image.version="$KUEUE_VERSION" \
+    --out "$archives/kueue.tar" >/dev/null
+  rm -rf "$work"
+  record kueue "$key"
+  log "kueue: built $(ref kueue) ($(human_size "$archives/kueue.tar"))"
 }
 
 # The base image's configuration; part of its key.
@@ -154,6 +180,7 @@ for target in "${targets[@]}"; do
   case $target in
     operator@*) build_release "${target#operator@}" ;;
     pause) build_pause ;;
+    kueue) build_kueue ;;
     base) build_base ;;
     worker) build_python worker "${runtime_sources[@]}" examples/training ;;
     worker-gpu) build_python worker-gpu "${runtime_sources[@]}" examples/training ;;

@@ -8,6 +8,8 @@ cache=${MW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/multiworker}
 archives=$cache/images          # <name>.tar (docker-archive) + <name>.key (hash of its inputs)
 wheels=$cache/wheels            # wheels shared by every build; locks/ holds resolved, hashed sets
 base_ref=multiworker.local/base:bookworm
+# shellcheck source=../cluster/versions.env
+source "$here/../cluster/versions.env"   # KUEUE_VERSION: the kueue image's tag
 
 log() { printf '[images] %s\n' "$*" >&2; }
 die() { printf '[images] error: %s\n' "$*" >&2; exit 1; }
@@ -19,7 +21,8 @@ ref() {
     base) echo "$base_ref" ;;
     worker | worker-gpu | operator) echo "multiworker.local/$1:dev" ;;
     operator@*) echo "multiworker.local/operator:${1#operator@}" ;;  # an earlier release
-    *) die "unknown image '$1' (known: pause base worker worker-gpu operator)" ;;
+    kueue) echo "multiworker.local/kueue:$KUEUE_VERSION" ;;
+    *) die "unknown image '$1' (known: pause base worker worker-gpu operator kueue)" ;;
   esac
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Imports built image archives ($MW_CACHE/images/<name>.tar) into a cluster's containerd.
 #   load.sh [--kind CLUSTER | --address SOCKET] NAME...     NAME: pause base worker operator
-#                                                            worker-gpu, or a docker-archive path
+#                                                            worker-gpu kueue, or a docker-archive path
 # Default: the local cluster's containerd (/run/multiworker/containerd/containerd.sock,
 # namespace k8s.io). --kind: `kind load image-archive` into every worker node of a kind cluster.
 # An image whose ID (config digest) is already there under the same name is skipped; for the

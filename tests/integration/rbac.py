@@ -30,11 +30,14 @@ class ChartIdentity:
             cluster.kubectl(*where, "delete", kind, name, "--ignore-not-found", check=False)
 
 
-def chart_identity(cluster: Cluster, namespace: str, out: Path) -> ChartIdentity:
-    """The chart's RBAC for an operator watching `namespace`, applied; a kubeconfig for it."""
+def chart_identity(cluster: Cluster, namespace: str, out: Path,
+                   values: tuple[str, ...] = ()) -> ChartIdentity:
+    """The chart's RBAC for an operator watching `namespace`, applied; a kubeconfig for it.
+    `values`: more `--set` values (e.g. kueue.enabled=true)."""
     rendered = subprocess.run(
         [str(BIN / "helm"), "template", "mwo", str(CHART), "-n", namespace,
-         "--set", f"watchNamespaces={{{namespace}}}"],
+         "--set", f"watchNamespaces={{{namespace}}}",
+         *(arg for value in values for arg in ("--set", value))],
         check=True, capture_output=True, text=True, timeout=60).stdout
     objects = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] in RBAC_KINDS]
     for where in {o["metadata"].get("namespace", namespace) for o in objects}:

@@ -1,0 +1,249 @@
+"""Kueue admits MultiWorkerJobs: real Kueue (hack/cluster/kueue.sh, built from its Go module),
+the real operator with `--kueue` and only the chart's RBAC for it, real TensorFlow workers.
+
+Each test gets a ClusterQueue of its own that admits only its namespace, with a CPU quota for
+one job of two 100m workers at a time (the quota is Kueue's accounting: the node has room for
+more, so only Kueue can make a job wait)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster import Cluster, one_setup_at_a_time, run_script
+from tests.integration.conftest import LOG_DIR, OperatorProcess
+from tests.integration.jobs import Jobs
+from tests.integration.rbac import chart_identity
+from tests.support import wait_for
+
+pytestmark = pytest.mark.usefixtures("worker_image")
+
+TRAIN = "/opt/multiworker/examples/training/train.py"
+KUEUE = "kueue.x-k8s.io/v1beta2"
+QUEUE = "team"
+WORKER_CPU = "100m"
+PRIORITIES = {"mw-low": 100, "mw-high": 1000}
+
+
+@pytest.fixture(scope="session")
+def kueue(cluster: Cluster) -> None:
+    """Kueue running in the test cluster (idempotent: seconds when it already runs)."""
+    with one_setup_at_a_time(f"{cluster.kind}-kueue"):
+        run_script("hack/cluster/kueue.sh", *(["--kind"] if cluster.kind == "kind" else []),
+                   env=cluster.env)
+    for name, value in PRIORITIES.items():
+        apply(cluster, {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass",
+                        "metadata": {"name": name}, "value": value})
+
+
+def apply(cluster: Cluster, obj: dict[str, Any], namespace: str | None = None) -> None:
+    where = ("-n", namespace) if namespace else ()
+    cluster.kubectl(*where, "apply", "--server-side", "--force-conflicts", "-f", "-",
+                    input=json.dumps(obj))
+
+
+def flavor(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": name},
+            "spec": {"nodeLabels": labels or {}}}
+
+
+def cluster_queue(name: str, namespace: str, flavors: list[tuple[str, str]]
+                  ) -> dict[str, Any]:
+    """Admits `namespace` only; (flavor, CPU quota) in the order Kueue tries them; a
+    higher-priority job preempts a lower one."""
+    return {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "preemption": {"withinClusterQueue": "LowerPriority"},
+        "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+            {"name": f, "resources": [{"name": "cpu", "nominalQuota": cpu},
+                                      {"name": "memory", "nominalQuota": "8Gi"}]}
+            for f, cpu in flavors]}]}}
+
+
+@pytest.fixture
+def queue(cluster: Cluster, namespace: str, kueue: None) -> Iterator[str]:
+    """ClusterQueue cq-<namespace> (one job's worth of CPU), LocalQueue `team` in the test
+    namespace; returns the ClusterQueue's name."""
+    name = f"cq-{namespace}"[:63]
+    apply(cluster, flavor("mw-default"))
+    apply(cluster, cluster_queue(name, namespace, [("mw-default", "300m")]))
+    apply(cluster, {"apiVersion": KUEUE, "kind": "LocalQueue",
+                    "metadata": {"name": QUEUE, "namespace": namespace},
+                    "spec": {"clusterQueue": name}}, namespace)
+    yield name
+    cluster.kubectl("delete", "clusterqueue", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def kueue_operator(cluster: Cluster, namespace: str, crds: None, tmp_path: Path,
+                   request: pytest.FixtureRequest) -> Iterator[OperatorProcess]:
+    """The operator with --kueue, holding only what the chart grants with kueue.enabled."""
+    identity = chart_identity(cluster, namespace, tmp_path, ("kueue.enabled=true",))
+    process = OperatorProcess(env={**cluster.env, "KUBECONFIG": str(identity.kubeconfig)},
+                              namespace=namespace, log_path=tmp_path / "operator.log",
+                              extra=("--kueue",))
+    process.start()
+    yield process
+    # The jobs go while the operator still runs: it lets go of their Workloads.
+    cluster.kubectl("-n", namespace, "delete", "mwj", "--all", "--wait=true", check=False)
+    wait_for(lambda: not workloads(cluster, namespace), 60, describe=lambda: "Workloads gone")
+    process.stop()
+    if any(getattr(getattr(request.node, f"rep_{w}", None), "failed", False)
+           for w in ("setup", "call")):
+        out = LOG_DIR / namespace
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "operator.log").write_text(process.log_path.read_text(errors="replace"))
+        cluster.kubectl("-n", namespace, "get", "workloads", "-o", "yaml", check=False)
+    identity.delete(cluster)
+
+
+def workloads(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl("-n", namespace, "get", "workloads.kueue.x-k8s.io", "-o", "json",
+                          check=False).stdout
+    return list(json.loads(out or '{"items": []}')["items"])
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or []
+                 if c["type"] == type_), {})
+
+
+def job(name: str, epochs: int, priority: str | None = None, step_sleep: float = 0.0,
+        queue: str = QUEUE, checkpoint: bool = False) -> dict[str, Any]:
+    """Two workers of the synthetic trainer (10 steps an epoch), 100m CPU each."""
+    env = {"TRAIN_EPOCHS": str(epochs), "TRAIN_STEPS_PER_EPOCH": "10",
+           "TRAIN_TARGET_LOSS": "1000", "TRAIN_STEP_SLEEP": str(step_sleep)}
+    labels = {"kueue.x-k8s.io/queue-name": queue}
+    if priority:
+        labels["kueue.x-k8s.io/priority-class"] = priority
+    spec: dict[str, Any] = {
+        "workers": 2, "restartPolicy": {"maxRestarts": 0},
+        "template": {"spec": {"terminationGracePeriodSeconds": 20, "containers": [{
+            "name": "tensorflow", "image": "multiworker.local/worker:dev",
+            "imagePullPolicy": "IfNotPresent", "args": ["python3", TRAIN],
+            "env": [{"name": k, "value": v} for k, v in env.items()],
+            "resources": {"requests": {"cpu": WORKER_CPU, "memory": "256Mi"}}}]}}}
+    if checkpoint:
+        spec["checkpoint"] = {"claimName": "checkpoints"}
+    return {"apiVersion": "multiworker.dev/v1alpha1", "kind": "MultiWorkerJob",
+            "metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+def queued_reason(status: dict[str, Any]) -> dict[str, Any] | None:
+    c = condition({"status": status}, "Queued")
+    return c if c.get("status") == "True" and status.get("phase") == "Queued" else None
+
+
+def test_a_job_waits_for_quota_with_kueues_reason_and_starts_when_the_first_finishes(
+    cluster: Cluster, namespace: str, queue: str, kueue_operator: OperatorProcess,
+    jobs: Jobs, record_property: Any,
+) -> None:
+    jobs.apply(job("nowhere", epochs=1, queue="no-such-queue"))
+    jobs.apply(job("first", epochs=6, step_sleep=0.3))
+    jobs.wait_running("first", timeout=180)
+    jobs.apply(job("second", epochs=1))
+    waiting = jobs.wait("second", "Queued with Kueue's reason", queued_reason, timeout=60)
+    assert f"LocalQueue {QUEUE}" in waiting["message"], waiting
+    assert "insufficient" in waiting["message"] or "quota" in waiting["message"], waiting
+    assert not jobs.pods("second")
+    shown = jobs.kubectl("get", "mwj", "second").stdout
+    assert "Queued" in shown, shown
+    # A queue that does not exist: Kueue's words, no pod, one Workload, no loop.
+    nowhere = jobs.wait("nowhere", "Queued naming the missing queue",
+                        lambda s: c if (c := queued_reason(s)) and "doesn't exist" in
+                        c["message"] else None)
+    assert "LocalQueue no-such-queue doesn't exist" in nowhere["message"], nowhere
+    # The operator killed while a job waits: it converges on the same Workload, never two.
+    kueue_operator.kill()
+    kueue_operator.start()
+    first = jobs.wait_phase("first", "Succeeded", timeout=300)
+    assert first["restarts"] == 0
+    second = jobs.wait_running("second", timeout=120)
+    admitted = condition({"status": second}, "Queued")
+    assert admitted["reason"] == "Admitted" and queue in admitted["message"], admitted
+    jobs.wait_phase("second", "Succeeded", timeout=300)
+    assert not jobs.pods("nowhere")
+    owners = [w["metadata"]["ownerReferences"][0]["name"] for w in workloads(cluster, namespace)]
+    assert sorted(owners) == ["first", "nowhere", "second"], owners  # one Workload each
+    done = {w["metadata"]["ownerReferences"][0]["name"]: w
+            for w in workloads(cluster, namespace)}
+    assert condition(done["first"], "Finished").get("reason") == "Succeeded"
+    assert "kueue.x-k8s.io/resource-in-use" not in (
+        done["first"]["metadata"].get("finalizers") or [])
+    reasons = [reason for _, reason, _ in jobs.events("second")]
+    assert "Admitted" in reasons, reasons
+
+
+def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_sigterm_checkpoint(
+    cluster: Cluster, namespace: str, queue: str, kueue_operator: OperatorProcess,
+    jobs: Jobs, checkpoint_claim: str, record_property: Any,
+) -> None:
+    jobs.apply(job("low", epochs=30, priority="mw-low", step_sleep=0.1, checkpoint=True))
+    jobs.wait_running("low", timeout=180)
+    before = jobs.wait("low", "progress past the first epoch",
+                       lambda s: s if ((s.get("progress") or {}).get("step") or 0) > 20
+                       else None, timeout=180)
+    polled = before["progress"]["step"]
+    jobs.apply(job("high", epochs=2, priority="mw-high"))
+    # The operator killed as the preemption begins: a restarted one finishes it.
+    jobs.wait("low", "evicted", lambda s: s if s.get("phase") == "Queued" else None, timeout=60)
+    kueue_operator.kill()
+    kueue_operator.start()
+    evicted_at = time.monotonic()
+    wait_for(lambda: not jobs.pods("low"), 60, describe=lambda: jobs.describe("low"))
+    (low_workload,) = [w for w in workloads(cluster, namespace)
+                       if w["metadata"]["ownerReferences"][0]["name"] == "low"]
+    assert condition(low_workload, "Evicted").get("reason") == "Preempted", low_workload
+    jobs.wait_running("high", timeout=120)
+    record_property("figure: preemption to the high job Running (s)",
+                    round(time.monotonic() - evicted_at, 1))
+    reasons = [reason for _, reason, _ in jobs.events("low")]
+    assert "Preempted" in reasons and "Requeued" in reasons, reasons
+    jobs.wait_phase("high", "Succeeded", timeout=300)
+    final = jobs.wait_phase("low", "Succeeded", timeout=600)
+    resumed = (final.get("progress") or {}).get("resumedFromStep") or 0
+    # The group saved on SIGTERM: it resumed at or after the last step polled before it.
+    assert resumed >= polled, (resumed, polled, final)
+    assert final["restarts"] == 0, final  # a preemption spends no restart
+    assert final["groupGeneration"] >= 1, final
+
+
+def test_the_admitted_flavor_places_every_worker_on_its_nodes(
+    cluster: Cluster, namespace: str, kueue: None, kueue_operator: OperatorProcess,
+    jobs: Jobs,
+) -> None:
+    """Two flavors, like two GPU products: the first has no room, so Kueue admits the job with
+    the second, whose node labels and toleration reach both workers and place them there."""
+    node = cluster.schedulable_workers()[0]
+    full, roomy = f"mw-full-{namespace[-5:]}", f"mw-roomy-{namespace[-5:]}"
+    apply(cluster, flavor(full, {"multiworker.test/flavor": "none-has-this"}))
+    apply(cluster, {**flavor(roomy, {"kubernetes.io/hostname": node}), "spec": {
+        "nodeLabels": {"kubernetes.io/hostname": node},
+        "tolerations": [{"key": "multiworker.test/flavor", "operator": "Exists",
+                         "effect": "NoSchedule"}]}})
+    name = f"cq-{namespace}"[:63]
+    apply(cluster, cluster_queue(name, namespace, [(full, "100m"), (roomy, "1")]))
+    apply(cluster, {"apiVersion": KUEUE, "kind": "LocalQueue",
+                    "metadata": {"name": QUEUE, "namespace": namespace},
+                    "spec": {"clusterQueue": name}}, namespace)
+    try:
+        jobs.apply(job("placed", epochs=1))
+        status = jobs.wait_running("placed", timeout=180)
+        assert roomy in condition({"status": status}, "Queued")["message"], status
+        for pod in jobs.pods("placed"):
+            spec = pod["spec"]
+            assert spec["nodeSelector"]["kubernetes.io/hostname"] == node
+            assert spec["nodeName"] == node
+            assert {"key": "multiworker.test/flavor", "operator": "Exists",
+                    "effect": "NoSchedule"} in spec["tolerations"]
+        jobs.wait_phase("placed", "Succeeded", timeout=300)
+    finally:
+        cluster.kubectl("-n", namespace, "delete", "mwj", "--all", "--wait=true", check=False)
+        cluster.kubectl("delete", "clusterqueue", name, "--wait=false", check=False)
+        for f in (full, roomy):
+            cluster.kubectl("delete", "resourceflavor", f, "--wait=false", check=False)

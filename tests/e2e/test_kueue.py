@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import Cluster, one_setup_at_a_time, run_script
+from tests.cluster import REPO, Cluster, one_setup_at_a_time, run_script
 from tests.integration.conftest import LOG_DIR, OperatorProcess
+from tests.integration.fake_nodes import FakeNode
 from tests.integration.jobs import Jobs
 from tests.integration.rbac import chart_identity
 from tests.support import wait_for
@@ -28,6 +29,7 @@ KUEUE = "kueue.x-k8s.io/v1beta2"
 QUEUE = "team"
 WORKER_CPU = "100m"
 PRIORITIES = {"mw-low": 100, "mw-high": 1000}
+GPU, PRODUCT = "nvidia.com/gpu", "nvidia.com/gpu.product"
 
 
 @pytest.fixture(scope="session")
@@ -213,37 +215,66 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_sigte
     assert final["groupGeneration"] >= 1, final
 
 
-def test_the_admitted_flavor_places_every_worker_on_its_nodes(
+def test_two_gpu_products_as_two_flavors_place_every_worker_on_the_admitted_ones(
     cluster: Cluster, namespace: str, kueue: None, kueue_operator: OperatorProcess,
     jobs: Jobs,
 ) -> None:
-    """Two flavors, like two GPU products: the first has no room, so Kueue admits the job with
-    the second, whose node labels and toleration reach both workers and place them there."""
-    node = cluster.schedulable_workers()[0]
-    full, roomy = f"mw-full-{namespace[-5:]}", f"mw-roomy-{namespace[-5:]}"
-    apply(cluster, flavor(full, {"multiworker.test/flavor": "none-has-this"}))
-    apply(cluster, {**flavor(roomy, {"kubernetes.io/hostname": node}), "spec": {
-        "nodeLabels": {"kubernetes.io/hostname": node},
-        "tolerations": [{"key": "multiworker.test/flavor", "operator": "Exists",
-                         "effect": "NoSchedule"}]}})
+    """Two GPU products on two nodes (with no kubelet: pods bound there never run), one
+    ResourceFlavor each. The first flavor's quota holds 1 GPU, the job needs 2, so Kueue admits
+    it with the second, whose node labels and toleration reach both workers: they are bound to
+    that product's node, although the other has as many free GPUs."""
+    suffix = namespace[-5:]
+    products = {"first": f"mw-gpu-a-{suffix}", "second": f"mw-gpu-b-{suffix}"}
+    nodes = {k: FakeNode(cluster, {PRODUCT: v}, gpus=4) for k, v in products.items()}
+    flavors = {k: f"mw-{k}-{suffix}" for k in products}
+    toleration = {"key": "multiworker.test/gpus", "operator": "Exists", "effect": "NoSchedule"}
     name = f"cq-{namespace}"[:63]
-    apply(cluster, cluster_queue(name, namespace, [(full, "100m"), (roomy, "1")]))
-    apply(cluster, {"apiVersion": KUEUE, "kind": "LocalQueue",
-                    "metadata": {"name": QUEUE, "namespace": namespace},
-                    "spec": {"clusterQueue": name}}, namespace)
     try:
-        jobs.apply(job("placed", epochs=1))
-        status = jobs.wait_running("placed", timeout=180)
-        assert roomy in condition({"status": status}, "Queued")["message"], status
-        for pod in jobs.pods("placed"):
+        for node in nodes.values():
+            node.create()
+        for k, product in products.items():
+            apply(cluster, {**flavor(flavors[k]), "spec": {
+                "nodeLabels": {PRODUCT: product}, "tolerations": [toleration]}})
+        apply(cluster, {**cluster_queue(name, namespace, []), "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU], "flavors": [
+                {"name": flavors[k], "resources": [
+                    {"name": "cpu", "nominalQuota": "4"}, {"name": "memory", "nominalQuota": "8Gi"},
+                    {"name": GPU, "nominalQuota": gpus}]}
+                for k, gpus in (("first", 1), ("second", 4))]}]}})
+        apply(cluster, {"apiVersion": KUEUE, "kind": "LocalQueue",
+                        "metadata": {"name": QUEUE, "namespace": namespace},
+                        "spec": {"clusterQueue": name}}, namespace)
+        manifest = job("placed", epochs=1)
+        container = manifest["spec"]["template"]["spec"]["containers"][0]
+        container["resources"]["limits"] = {GPU: 1}
+        jobs.apply(manifest)
+        second = nodes["second"].name
+
+        def bound() -> list[dict[str, Any]] | None:
+            pods = jobs.pods("placed")
+            return pods if len(pods) == 2 and all(
+                p["spec"].get("nodeName") for p in pods) else None
+        pods = wait_for(bound, 120, describe=lambda: jobs.describe("placed"))
+        for pod in pods:
             spec = pod["spec"]
-            assert spec["nodeSelector"]["kubernetes.io/hostname"] == node
-            assert spec["nodeName"] == node
-            assert {"key": "multiworker.test/flavor", "operator": "Exists",
-                    "effect": "NoSchedule"} in spec["tolerations"]
-        jobs.wait_phase("placed", "Succeeded", timeout=300)
+            assert spec["nodeName"] == second, spec.get("nodeName")
+            assert spec["nodeSelector"][PRODUCT] == products["second"]
+            assert toleration in spec["tolerations"]
+        admitted = condition({"status": jobs.status("placed")}, "Queued")
+        assert flavors["second"] in admitted["message"], admitted
     finally:
-        cluster.kubectl("-n", namespace, "delete", "mwj", "--all", "--wait=true", check=False)
+        cluster.kubectl("-n", namespace, "delete", "mwj", "--all", "--wait=false", check=False)
+        for node in nodes.values():
+            node.delete()
         cluster.kubectl("delete", "clusterqueue", name, "--wait=false", check=False)
-        for f in (full, roomy):
+        for f in flavors.values():
             cluster.kubectl("delete", "resourceflavor", f, "--wait=false", check=False)
+
+
+def test_the_worked_example_is_accepted_by_kueue_and_the_api_server(
+        cluster: Cluster, kueue: None, crds: None) -> None:
+    """examples/kueue/ as the README applies it, checked by the API server and Kueue's
+    webhooks (server-side dry run: nothing is created)."""
+    for manifest in ("examples/kueue/queues.yaml", "examples/kueue/job.yaml"):
+        cluster.kubectl("apply", "--dry-run=server", "-f", str(REPO / manifest))

@@ -347,3 +347,23 @@ def test_a_job_without_the_label_never_touches_kueue() -> None:
     cluster = FakeCluster(job_body())
     step(cluster)
     assert cluster.workloads == {} and sorted(cluster.pods) == PODS
+
+
+def test_the_admitted_gpu_flavor_picks_the_product_the_operator_would_not_have() -> None:
+    """Two GPU products; Kueue admitted the job with the flavor of the smaller one (say its
+    quota had room): the group goes there, not to the product with the most free GPUs."""
+    cluster = queued(template={"spec": {"containers": [{
+        "name": "tensorflow", "image": "w", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}})
+    ready = [{"type": "Ready", "status": "True"}]
+    cluster.nodes = {name: {"metadata": {"name": name, "labels": {
+        "nvidia.com/gpu.product": product}}, "spec": {}, "status": {
+        "allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": ready}}
+        for name, product, gpus in (("big", "A100", 8), ("small", "T4", 4))}
+    cluster.objects["a100"] = {"metadata": {"name": "a100"}, "spec": {
+        "nodeLabels": {"nvidia.com/gpu.product": "T4"}}}
+    step(cluster)
+    admit(cluster)
+    step(cluster)
+    assert {p["spec"]["nodeSelector"]["nvidia.com/gpu.product"]
+            for p in cluster.pods.values()} == {"T4"}
+    assert cluster.status["gpuProduct"] == "T4"

@@ -241,6 +241,11 @@ def with_flavor_fields(pod: Manifest, fields: FlavorFields) -> Manifest:
     return pod
 
 
+def on_flavor_nodes(node: Manifest, fields: FlavorFields) -> bool:
+    labels = node.get("metadata", {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in fields.node_labels.items())
+
+
 def waiting_message(queue: str, state: QueueState) -> str:
     """What a queued job's condition says: where it waits and Kueue's own words."""
     where = f"LocalQueue {queue}"

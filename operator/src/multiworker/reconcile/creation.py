@@ -28,7 +28,7 @@ from multiworker.decide.policy import (
     ActionKind,
     refused_start_action,
 )
-from multiworker.decide.queueing import with_flavor_fields
+from multiworker.decide.queueing import on_flavor_nodes, with_flavor_fields
 from multiworker.reconcile.context import Flow, Pass
 from multiworker.reconcile.gang import (
     API_VERSION,
@@ -206,7 +206,10 @@ def _place_group(p: Pass) -> bool:
         finish(p, Phase.FAILED, Action(ActionKind.FAIL_JOB, Reason.INVALID_POD_TEMPLATE, str(e)))
         return False
     held = held_gpus(p.cluster.cached_all_pods(), p.job.uid) if gpus > 0 else None
-    placement = place(p.cluster.cached_nodes(), spec.workers, gpus, spec.gpu_product, held)
+    nodes = p.cluster.cached_nodes()
+    if p.flavor_fields is not None:  # Kueue admitted the group to its flavors' nodes only
+        nodes = [n for n in nodes if on_flavor_nodes(n, p.flavor_fields)]
+    placement = place(nodes, spec.workers, gpus, spec.gpu_product, held)
     if placement.problem is not None:
         return _hold_back(p, Reason.NO_GPU_PRODUCT, placement.problem)
     s.gpu_product = placement.product

@@ -139,6 +139,14 @@ class FakeCluster:
         held["status"] = copy.deepcopy(status)
         return copy.deepcopy(held)
 
+    def patch_object(self, path: str, patch: Manifest) -> None:
+        held = self.workloads.get(path.rsplit("/", 1)[-1])
+        if held is not None:
+            for key, value in patch.items():
+                held[key] = {**held.get(key, {}), **value}
+            held["metadata"]["resourceVersion"] = str(
+                int(held["metadata"]["resourceVersion"]) + 1)
+
     def drop_finalizer(self, path: str, obj: Manifest, finalizer: str) -> None:
         held = self._workload(path, obj)
         held["metadata"]["finalizers"] = [

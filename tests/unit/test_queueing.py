@@ -367,3 +367,29 @@ def test_the_admitted_gpu_flavor_picks_the_product_the_operator_would_not_have()
     assert {p["spec"]["nodeSelector"]["nvidia.com/gpu.product"]
             for p in cluster.pods.values()} == {"T4"}
     assert cluster.status["gpuProduct"] == "T4"
+
+
+def test_a_suspended_job_takes_its_workload_out_of_the_queue_and_back_when_resumed() -> None:
+    cluster = queued()
+    step(cluster)
+    admit(cluster)
+    step(cluster)
+    cluster.run()
+    step(cluster)
+    cluster.set_spec(suspend=True)
+    step(cluster)
+    assert the_workload(cluster)["spec"]["active"] is False
+    assert cluster.status["phase"] == "Suspended"
+    evict(cluster, reason="Deactivated")  # what Kueue does to an inactive Workload
+    step(cluster)
+    assert "admission" in the_workload(cluster)["status"]  # its pods are still stopping
+    cluster.finish_deletions()
+    step(cluster)
+    assert "admission" not in the_workload(cluster)["status"]  # the quota is back
+    cluster.set_spec(suspend=False)
+    step(cluster)
+    assert the_workload(cluster)["spec"]["active"] is True
+    assert cluster.pods == {} and cluster.status["phase"] == "Queued"
+    admit(cluster)
+    step(cluster)
+    assert cluster.generations() == dict.fromkeys(PODS, "1")

@@ -306,6 +306,14 @@ class Cluster:
                 raise Gone(f"{path} is gone") from e
             raise
 
+    def patch_object(self, path: str, patch: Manifest) -> None:
+        """Merge-patch the object at `path`; gone is success."""
+        try:
+            self.rest.call("PATCH", path, patch, content_type="application/merge-patch+json")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
     def drop_finalizer(self, path: str, obj: Manifest, finalizer: str) -> None:
         """Remove `finalizer` from `obj` (as read, at `path`), only if it has not changed
         since; gone already is success."""

@@ -71,10 +71,11 @@ def priority_of(labels: Mapping[str, str] | None, template_spec: Mapping[str, An
 def desired_workload(*, job: str, namespace: str, uid: str, owner: Manifest,
                      labels: Mapping[str, str], queue: str, workers: int,
                      template: Mapping[str, Any], priority: Priority | None,
-                     priority_value: int | None) -> Manifest:
+                     priority_value: int | None, active: bool = True) -> Manifest:
     """The Workload of a job as it is now: one podSet of `workers` pods of the template (its
     requests, GPUs included, are what Kueue counts). Its name carries a digest of what Kueue
-    cannot change in place (podSets are immutable), so an edited job gets a new one."""
+    cannot change in place (podSets are immutable), so an edited job gets a new one; `active`
+    False (a suspended job) keeps it out of the queue and Kueue evicts it if admitted."""
     metadata = template.get("metadata") or {}
     pod_set = {"name": POD_SET, "count": workers, "template": {
         "metadata": {k: dict(v) for k in ("labels", "annotations")
@@ -85,13 +86,19 @@ def desired_workload(*, job: str, namespace: str, uid: str, owner: Manifest,
         spec["priorityClassRef"] = {"group": priority.group, "kind": priority.kind,
                                     "name": priority.name}
         spec["priority"] = priority_value or 0
+    name = workload_name(job, uid, spec)
+    spec["active"] = active
     return {
         "apiVersion": GROUP_VERSION, "kind": "Workload",
-        "metadata": {"name": workload_name(job, uid, spec), "namespace": namespace,
+        "metadata": {"name": name, "namespace": namespace,
                      "labels": {**labels, JOB_UID_LABEL: uid},
                      "finalizers": [FINALIZER], "ownerReferences": [owner]},
         "spec": spec,
     }
+
+
+def is_active(workload: Manifest) -> bool:
+    return (workload.get("spec") or {}).get("active", True) is not False
 
 
 def workload_name(job: str, uid: str, spec: Mapping[str, Any]) -> str:

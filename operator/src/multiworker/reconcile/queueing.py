@@ -23,6 +23,7 @@ from multiworker.decide.queueing import (
     desired_workload,
     finished,
     flavor_fields,
+    is_active,
     pods_ready,
     priority_of,
     queue_name,
@@ -40,7 +41,8 @@ CACHE_RETRY_SECONDS = 1.0
 
 
 def admit_through_queue(p: Pass) -> Flow:
-    """The step: CONTINUE only while Kueue admits the job (or it names no queue)."""
+    """The step: CONTINUE only while Kueue admits the job (or it names no queue, or it is
+    suspended: suspend_or_resume stops it, and its Workload leaves the queue)."""
     queue = queue_name(p.body["metadata"].get("labels"))
     if queue is None:
         return Flow.CONTINUE
@@ -59,13 +61,22 @@ def admit_through_queue(p: Pass) -> Flow:
     if current is None:
         return _create(p, queue, desired)
     state = read_workload(current)
+    if p.job.spec.suspend:
+        return _suspended(p, current, state)
+    if not is_active(current):
+        _patch(p, current, {"spec": {"active": True}})
+    return _follow(p, queue, current, state)
+
+
+def _follow(p: Pass, queue: str, workload: Manifest, state: QueueState) -> Flow:
+    """What Kueue's answer means for the group."""
     if state.admission is Admission.ADMITTED:
-        _admitted(p, queue, current, state)
+        _admitted(p, queue, workload, state)
         return Flow.CONTINUE
     if state.admission is Admission.FINISHED:
         return Flow.CONTINUE
     if state.admission is Admission.EVICTED:
-        return _evicted(p, queue, current, state)
+        return _evicted(p, queue, workload, state)
     return _hold(p, Reason.QUEUED, waiting_message(queue, state))
 
 
@@ -124,7 +135,7 @@ def _desired(p: Pass, queue: str) -> Manifest | None:
             return None
         value = int(found.get("value") or 0)
     return desired_workload(
-        job=p.job.name, namespace=p.job.namespace, uid=p.job.uid,
+        active=not p.job.spec.suspend, job=p.job.name, namespace=p.job.namespace, uid=p.job.uid,
         owner=owner_reference(p.job), labels={names.LABEL_JOB_NAME: p.job.name}, queue=queue,
         workers=p.job.spec.workers,
         template=template, priority=priority, priority_value=value)
@@ -152,6 +163,32 @@ def _retire(p: Pass, stale: list[Manifest]) -> bool:
         except (Conflict, Gone):
             p.wake_in(CACHE_RETRY_SECONDS)
     return True
+
+
+def _suspended(p: Pass, workload: Manifest, state: QueueState) -> Flow:
+    """A suspended job's Workload is inactive: Kueue evicts it (Deactivated), and once the
+    group is gone its quota goes back. Resumed, it becomes active and is queued again."""
+    if is_active(workload):
+        _patch(p, workload, {"spec": {"active": False}})
+    elif state.admission is Admission.EVICTED and not _active(p):
+        _release(p, workload)
+    return Flow.CONTINUE  # suspend_or_resume stops the group
+
+
+def _patch(p: Pass, workload: Manifest, patch: Manifest) -> None:
+    p.cluster.patch_object(workload_path(p.job.namespace, workload["metadata"]["name"]), patch)
+    p.wake_in(CACHE_RETRY_SECONDS)
+
+
+def _release(p: Pass, workload: Manifest) -> bool:
+    """Give an evicted Workload's quota back (its pods are gone); False on a stale read."""
+    try:
+        p.cluster.replace_status(workload_path(p.job.namespace, workload["metadata"]["name"]),
+                                 workload, quota_released(workload, p.now))
+        return True
+    except (Conflict, Gone):
+        p.wake_in(CACHE_RETRY_SECONDS)
+        return False
 
 
 def _create(p: Pass, queue: str, desired: Manifest) -> Flow:
@@ -197,15 +234,9 @@ def _evicted(p: Pass, queue: str, workload: Manifest, state: QueueState) -> Flow
                "group stops, checkpointing on SIGTERM, and waits to be admitted again")
     if _active(p):
         _stop_group(p)
-    elif state.reserved:
-        try:
-            p.cluster.replace_status(
-                workload_path(p.job.namespace, workload["metadata"]["name"]), workload,
-                quota_released(workload, p.now))
-            p.emit(Reason.REQUEUED, f"every worker stopped: quota returned to ClusterQueue "
-                   f"{state.cluster_queue}; queued again in LocalQueue {queue}")
-        except (Conflict, Gone):
-            p.wake_in(CACHE_RETRY_SECONDS)
+    elif state.reserved and _release(p, workload):
+        p.emit(Reason.REQUEUED, f"every worker stopped: quota returned to ClusterQueue "
+               f"{state.cluster_queue}; queued again in LocalQueue {queue}")
     return _hold(p, reason, waiting_message(queue, state), stop=False)
 
 

@@ -1,9 +1,10 @@
 """One reconcile pass over one job: a flat list of named steps.
 
 stop if finished → delete stale generations (or, restarting in place, move them to the
-new one) → release an in-place restart → remember trainer exits (in place) → suspend/resume
-→ record progress → success policy → failure policy (failures, image skew, lost nodes, stuck
-starts) → hang policy → create the group (creation.py) → Running condition. Jobs the steps
+new one) → release an in-place restart → remember trainer exits (in place) → Kueue's
+admission (queueing.py) → suspend/resume → record progress → success policy → failure
+policy (failures, image skew, lost nodes, stuck starts) → hang policy → create the group
+(creation.py) → Running condition. Jobs the steps
 cannot run on — an unreadable status, an invalid spec — are unrunnable.py's. The status is
 written once, at the end (commit.py), and Events only after
 that write succeeded. A pass reads the job, its pods and nodes from the watch-fed caches and
@@ -412,8 +413,8 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
     delete_stale_pods,
     release_in_place,
     remember_exits,
-    suspend_or_resume,
     admit_through_queue,  # queueing.py: Kueue
+    suspend_or_resume,
     record_progress,
     success_policy,
     failure_policy,

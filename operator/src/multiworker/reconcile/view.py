@@ -151,6 +151,9 @@ class View:
     def drop_finalizer(self, path: str, obj: Manifest, finalizer: str) -> None:
         self.cluster.drop_finalizer(path, obj, finalizer)
 
+    def patch_object(self, path: str, patch: Manifest) -> None:
+        self.cluster.patch_object(path, patch)
+
     def emit_event(self, job: Manifest, type_: str, reason: str, message: str,
                    now: datetime) -> None:
         self.cluster.emit_event(job, type_, reason, message, now)

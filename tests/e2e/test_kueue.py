@@ -150,6 +150,7 @@ def test_a_job_waits_for_quota_with_kueues_reason_and_starts_when_the_first_fini
     jobs.wait_running("first", timeout=180)
     jobs.apply(job("second", epochs=1))
     waiting = jobs.wait("second", "Queued with Kueue's reason", queued_reason, timeout=60)
+    record_property("figure: a queued job's condition", waiting["message"])
     assert f"LocalQueue {QUEUE}" in waiting["message"], waiting
     assert "insufficient" in waiting["message"] or "quota" in waiting["message"], waiting
     assert not jobs.pods("second")
@@ -210,6 +211,8 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_sigte
     final = jobs.wait_phase("low", "Succeeded", timeout=600)
     resumed = (final.get("progress") or {}).get("resumedFromStep") or 0
     # The group saved on SIGTERM: it resumed at or after the last step polled before it.
+    record_property("figure: preempted job: last step polled before / resumed from",
+                    f"{polled} / {resumed}")
     assert resumed >= polled, (resumed, polled, final)
     assert final["restarts"] == 0, final  # a preemption spends no restart
     assert final["groupGeneration"] >= 1, final

@@ -13,6 +13,8 @@ CRD := crds/multiworker.dev_multiworkerjobs.yaml
 CHART_CRD := charts/multiworker-operator/crds/multiworker.dev_multiworkerjobs.yaml
 # The pinned Kubernetes' PodTemplateSpec schemas that spec.template's CRD schema is made from.
 OPENAPI := operator/src/multiworker/api/podtemplatespec.openapi.json
+# The job reference page, generated from the CRD.
+REFERENCE := docs/reference.md
 PIP_TOOLS := pip-tools==7.6.2
 
 help: ## list targets
@@ -66,12 +68,13 @@ locks: venv ## re-resolve the images' committed wheel locks (UPGRADE=1: newest r
 	$(VENV)/bin/pip install -q '$(PIP_TOOLS)'
 	hack/images/locks.sh $(if $(filter 1,$(UPGRADE)),--upgrade)
 
-generate: venv ## regenerate derived files: the Kubernetes OpenAPI excerpt, then the CRD
+generate: venv ## regenerate derived files: the Kubernetes OpenAPI excerpt, the CRD, the job reference
 	PY=$(VENV)/bin/python hack/k8s-openapi.sh > $(OPENAPI).tmp && mv $(OPENAPI).tmp $(OPENAPI)
 	$(VENV)/bin/python -m multiworker.api.crd > $(CRD)
 	cp $(CRD) $(CHART_CRD)
+	$(VENV)/bin/python -m multiworker.api.reference > $(REFERENCE)
 
-verify: venv binaries ## lint, type-check, import layering, and fail on generated-file drift
+verify: venv binaries ## lint, type-check, import layering, generated-file drift, the docs site (strict)
 	$(VENV)/bin/ruff check operator tests
 	$(VENV)/bin/mypy --config-file operator/pyproject.toml operator/src
 	$(VENV)/bin/lint-imports operator/pyproject.toml
@@ -81,6 +84,10 @@ verify: venv binaries ## lint, type-check, import layering, and fail on generate
 	$(VENV)/bin/python -m multiworker.api.crd | diff -u $(CRD) - \
 		|| { echo "crds/ is stale: run make generate"; exit 1; }
 	cmp -s $(CRD) $(CHART_CRD) || { echo "$(CHART_CRD) differs from $(CRD): run make generate"; exit 1; }
+	$(VENV)/bin/python -m multiworker.api.reference | diff -u $(REFERENCE) - \
+		|| { echo "$(REFERENCE) is stale: run make generate"; exit 1; }
+	site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT \
+		&& $(VENV)/bin/mkdocs build --strict --quiet -f mkdocs.yml -d "$$site"
 
 test-unit: venv binaries ## unit and runtime tests (no cluster)
 	$(PYTEST) tests/unit tests/runtime

@@ -3,7 +3,7 @@ example's workers on this machine's loopback, cold against warm (no cluster; not
 
     .venv/bin/python tests/bench/bench_warm_start.py [--reps 5] [--workers 3]
 
-An in-place restart (README, "How a group restarts") gets its pods back in about 2 s; most of
+An in-place restart (docs/restarts.md) gets its pods back in about 2 s; most of
 what follows, until the new generation's first step, is TensorFlow's start-up in the new
 processes, and `RestartAllContainers` leaves no process alive that could have paid any of it
 before the failure. This measures how much of that start-up could be paid before: the CPU

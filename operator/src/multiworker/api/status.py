@@ -99,7 +99,8 @@ class JobStatus(BaseModel):
     )
 
     phase: Phase | None = None
-    """Pending, Starting, Running, Restarting, Suspended, Succeeded or Failed."""
+    """Pending, Queued (waiting for Kueue), Starting, Running, Restarting, Suspended, Succeeded
+    or Failed."""
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},

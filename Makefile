@@ -15,6 +15,8 @@ CHART_CRD := charts/multiworker-operator/crds/multiworker.dev_multiworkerjobs.ya
 OPENAPI := operator/src/multiworker/api/podtemplatespec.openapi.json
 # The job reference page, generated from the CRD.
 REFERENCE := docs/reference.md
+# The chart's Grafana dashboard, generated with the foundation SDK (hack/dashboard.py).
+DASHBOARD := charts/multiworker-operator/dashboards/multiworker.json
 PIP_TOOLS := pip-tools==7.6.2
 
 help: ## list targets
@@ -73,9 +75,10 @@ generate: venv ## regenerate derived files: the Kubernetes OpenAPI excerpt, the 
 	$(VENV)/bin/python -m multiworker.api.crd > $(CRD)
 	cp $(CRD) $(CHART_CRD)
 	$(VENV)/bin/python -m multiworker.api.reference > $(REFERENCE)
+	$(VENV)/bin/python hack/dashboard.py > $(DASHBOARD)
 
 verify: venv binaries ## lint, type-check, import layering, generated-file drift, the docs site (strict)
-	$(VENV)/bin/ruff check operator tests
+	$(VENV)/bin/ruff check operator tests hack/dashboard.py
 	$(VENV)/bin/mypy --config-file operator/pyproject.toml operator/src
 	$(VENV)/bin/lint-imports operator/pyproject.toml
 	$(MW_CACHE)/bin/helm lint --strict charts/multiworker-operator
@@ -86,6 +89,8 @@ verify: venv binaries ## lint, type-check, import layering, generated-file drift
 	cmp -s $(CRD) $(CHART_CRD) || { echo "$(CHART_CRD) differs from $(CRD): run make generate"; exit 1; }
 	$(VENV)/bin/python -m multiworker.api.reference | diff -u $(REFERENCE) - \
 		|| { echo "$(REFERENCE) is stale: run make generate"; exit 1; }
+	$(VENV)/bin/python hack/dashboard.py | diff -u $(DASHBOARD) - \
+		|| { echo "$(DASHBOARD) is stale: run make generate"; exit 1; }
 	site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT \
 		&& $(VENV)/bin/mkdocs build --strict --quiet -f mkdocs.yml -d "$$site"
 

@@ -369,3 +369,42 @@ def test_every_value_is_documented() -> None:
         if not (above.strip().startswith("#") and len(above) - len(above.lstrip()) == indent):
             undocumented.append(f"line {i + 1}: {line.strip()}")
     assert not undocumented, "values without a comment:\n" + "\n".join(undocumented)
+
+
+def test_alerts_and_dashboard_are_rendered_only_when_enabled(tmp_path: Path) -> None:
+    objs = template(tmp_path)
+    assert not [o for o in objs if o["kind"] == "PrometheusRule"]
+    assert not [o for o in objs if o["kind"] == "ConfigMap"]
+
+    objs = template(tmp_path, {"metrics": {
+        "prometheusRule": {"enabled": True, "labels": {"release": "prom"},
+                           "runbookUrl": "https://docs.example/runbooks/"},
+        "dashboard": {"enabled": True, "labels": {"team": "ml"},
+                      "annotations": {"grafana_folder": "Training"}}}})
+    rule = one(objs, "PrometheusRule", NAMESPACE)
+    assert rule["metadata"]["name"] == "mwo-multiworker-operator"
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    assert rule["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert sorted(alerts) == [
+        "MultiWorkerJobNotStarting", "MultiWorkerJobProgressStalled",
+        "MultiWorkerJobRestartLoop", "MultiWorkerNamespaceWithoutLeader",
+        "MultiWorkerOperatorAPIServerErrors", "MultiWorkerOperatorDown",
+        "MultiWorkerReconcileErrors",
+    ]
+    for name, alert in alerts.items():
+        assert alert["annotations"]["runbook_url"] == \
+            f"https://docs.example/runbooks/#{name.lower()}"
+    # Prometheus' own templates reach the rule untouched by Helm.
+    assert "{{ $labels.job_name }}" in alerts["MultiWorkerJobRestartLoop"]["annotations"]["summary"]
+
+    dashboard = one(objs, "ConfigMap", NAMESPACE)
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["labels"]["team"] == "ml"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "Training"}
+    assert json.loads(dashboard["data"]["multiworker.json"]) == json.loads(
+        (CHART / "dashboards" / "multiworker.json").read_text())
+
+    moved = template(tmp_path, {"metrics": {"dashboard": {"enabled": True,
+                                                          "namespace": "monitoring"}}})
+    assert one(moved, "ConfigMap")["metadata"]["namespace"] == "monitoring"

@@ -134,6 +134,7 @@ class Controller:
         self.view = View(self.cluster, Store(), Store(index_of=_pod_job), Store(),
                          workload_store=Store(index_of=_workload_job))
         self.queue = WorkQueue()
+        metrics.WORKQUEUE_DEPTH.set_function(self.queue.waiting)
         self.poller = Poller(notify=self._notify_key, clock=self.clock,
                              status_seconds=self.progress_status_seconds)
         self._pods_by_node = Store(index_of=_node_of)  # the jobs a node event concerns
@@ -344,6 +345,8 @@ class Controller:
                     self.queue.add(key)
                 else:
                     self.poller.pause(key)  # the next pass resumes it, or drops it
+        if not leading:
+            metrics.forget_jobs_in(namespace)  # the new leader exports them
 
     def leads(self, namespace: str) -> bool:
         return self.elector is None or self.elector.leads(namespace)
@@ -391,6 +394,7 @@ class Controller:
             self._classified.pop(key, None)
             self._written_at.pop(key, None)
             metrics.set_job_phase(key[0], key[1], None)
+            metrics.set_job_status(key[0], key[1], None)
             return
         if outcome.written is not None:
             self.view.remember_write(key, *outcome.written)
@@ -404,7 +408,9 @@ class Controller:
         self.agents.tell(outcome.agent_notes)
         requeue = outcome.requeue
         job = self.view.cached_job(*key)
-        phase = ((job or {}).get("status") or {}).get("phase")
+        status = (job or {}).get("status") or {}
+        metrics.set_job_status(key[0], key[1], status if job is not None else None)
+        phase = status.get("phase")
         active = phase not in TERMINAL_PHASES and phase != "Suspended"
         if requeue is None and active:
             requeue = jittered(self.resync_seconds)

@@ -148,6 +148,7 @@ class Elector:
             for namespace in namespaces:
                 self._settle(namespace)
             metrics.LEADING.set(sum(1 for ns in list(self._held) if self.leads(ns)))
+            metrics.set_namespaces_leading({ns: self.leads(ns) for ns in self._wanted})
             self._kick.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), jittered(self.renew_seconds))
@@ -160,6 +161,7 @@ class Elector:
                 await asyncio.to_thread(self.cluster.replace_lease, claimed(
                     lease, namespace, self.identity, self.wall(), self.duration, release=True))
         metrics.LEADING.set(0)
+        metrics.set_namespaces_leading({})
 
     def step(self, namespace: str) -> None:
         """One round for one namespace, then its announcement (what run() does for all)."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -64,6 +67,43 @@ BAD_PROGRESS_REPORTS = Counter(
     "multiworker_bad_progress_reports_total",
     "Progress reports that could not be read (too large, malformed, wrong schema).",
 )
+NAMESPACE_LEADING = Gauge(
+    "multiworker_namespace_leading",
+    "Per namespace with jobs: 1 while this instance holds its Lease and handles its jobs, 0 "
+    "while it waits for another instance (every instance 0: nobody handles them).",
+    ["job_namespace"],
+)
+WORKQUEUE_DEPTH = Gauge(
+    "multiworker_workqueue_depth",
+    "Jobs due for a reconcile pass and waiting for a free pass worker (timers not yet due "
+    "are not counted): a backlog that stays means passes cannot keep up.",
+)
+
+# Per-job series, from the job's status as the handling instance last wrote or read it (the
+# status is the record; these mirror it). Labelled job_namespace and job_name: `namespace`
+# and `job` are the labels Prometheus gives the scrape target itself. Only the instance that
+# handles a job exports them, and they go with the job (or with the namespace's Lease).
+_JOB = ("job_namespace", "job_name")
+JOB_PHASE = Gauge("multiworker_job_phase", "1 for a job's current phase (status.phase).",
+                  [*_JOB, "phase"])
+JOB_RESTARTS = Gauge(
+    "multiworker_job_restarts",
+    "Group restarts a job has spent from spec.restartPolicy.maxRestarts (status.restarts).",
+    _JOB)
+JOB_WORKERS = Gauge("multiworker_job_workers", "Workers of a job's group (spec.workers).", _JOB)
+JOB_READY_WORKERS = Gauge(
+    "multiworker_job_ready_workers",
+    "Workers of a job's current group that run and are ready (status.readyWorkers).", _JOB)
+JOB_PROGRESS_STEP = Gauge(
+    "multiworker_job_progress_step",
+    "The chief's latest training step (status.progress.step); absent until it reports one.",
+    _JOB)
+_PER_JOB: tuple[tuple[Gauge, Callable[[Mapping[str, Any]], Any]], ...] = (
+    (JOB_RESTARTS, lambda s: s.get("restarts", 0)),
+    (JOB_WORKERS, lambda s: s.get("totalWorkers")),
+    (JOB_READY_WORKERS, lambda s: s.get("readyWorkers", 0)),
+    (JOB_PROGRESS_STEP, lambda s: (s.get("progress") or {}).get("step")),
+)
 
 _lock = threading.Lock()
 _phases: dict[tuple[str, str], str] = {}
@@ -87,6 +127,60 @@ def set_job_phase(namespace: str, name: str, phase: str | None) -> None:
             if value is not None:
                 _counts[value] = _counts.get(value, 0) + delta
                 JOBS.labels(phase=value).set(_counts[value])
+
+
+_job_phases: dict[tuple[str, str], str | None] = {}  # the jobs with series, their phase
+
+
+def set_job_status(namespace: str, name: str, status: Mapping[str, Any] | None) -> None:
+    """Export one job's series from its status (camelCase, as stored); None drops them."""
+    key = (namespace, name)
+    with _lock:
+        old = _job_phases.pop(key, None) if status is None else _job_phases.get(key)
+        phase = None if status is None else status.get("phase")
+        if old != phase and old is not None:
+            _drop(JOB_PHASE, namespace, name, old)
+        if status is None:
+            for gauge, _ in _PER_JOB:
+                _drop(gauge, namespace, name)
+            return
+        _job_phases[key] = phase
+        if phase is not None:
+            JOB_PHASE.labels(namespace, name, phase).set(1)
+        for gauge, read in _PER_JOB:
+            value = read(status)
+            if isinstance(value, int | float):
+                gauge.labels(namespace, name).set(value)
+            else:
+                _drop(gauge, namespace, name)
+
+
+def forget_jobs_in(namespace: str) -> None:
+    """Drop the series of every job of `namespace` (this instance no longer handles them)."""
+    with _lock:
+        keys = [key for key in _job_phases if key[0] == namespace]
+    for key in keys:
+        set_job_status(*key, None)
+
+
+def set_namespaces_leading(leading: Mapping[str, bool]) -> None:
+    """Whether this instance leads each namespace with jobs; other namespaces' series go."""
+    with _lock:
+        for (namespace,) in _labelsets(NAMESPACE_LEADING):
+            if namespace not in leading:
+                _drop(NAMESPACE_LEADING, namespace)
+        for namespace, leads in leading.items():
+            NAMESPACE_LEADING.labels(namespace).set(1 if leads else 0)
+
+
+def _labelsets(gauge: Gauge) -> list[tuple[str, ...]]:
+    return [tuple(sample.labels.values()) for metric in gauge.collect()
+            for sample in metric.samples]
+
+
+def _drop(gauge: Gauge, *labels: str) -> None:
+    with contextlib.suppress(KeyError):
+        gauge.remove(*labels)
 
 
 for _phase in Phase:  # every phase exported (as 0) from the first scrape on

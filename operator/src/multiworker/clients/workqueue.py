@@ -102,6 +102,10 @@ class WorkQueue(Generic[K]):
     def active(self) -> frozenset[K]:
         return frozenset(self._active)
 
+    def waiting(self) -> int:
+        """Keys due now and waiting for a worker (delayed adds not yet due are not counted)."""
+        return len(self._ready)
+
     def __len__(self) -> int:
         return len(self._ready) + len(self._due)
 

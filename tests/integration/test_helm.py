@@ -11,13 +11,14 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.cluster import Cluster
+from tests.cluster import REPO, Cluster
 from tests.integration.helm import CHART, CRD_NAMES, Helm, Obj, Release, values_file
 from tests.integration.jobs import Jobs, job
 from tests.support import wait_for
@@ -36,7 +37,8 @@ MODES: dict[str, Obj] = {
     "namespaced-ha": {"replicaCount": 2, "watchNamespaces": ["NS"]},
     "everything-on": {
         "replicaCount": 2,
-        "metrics": {"serviceMonitor": {"enabled": True}},
+        "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True},
+                    "dashboard": {"enabled": True}},
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "tolerations": [{"key": "x", "operator": "Exists", "effect": "NoSchedule"}],
         "extraArgs": ["--log-level=debug"],
@@ -60,13 +62,11 @@ def test_lint_strict(helm_home: Path, tmp_path: Path, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-@pytest.mark.usefixtures("chart_crds")
+@pytest.mark.usefixtures("chart_crds", "monitoring_crds")
 def test_template_accepted_by_api_server(
     cluster: Cluster, helm: Helm, namespace: str, tmp_path: Path, mode: str
 ) -> None:
     values = with_namespace(MODES[mode], namespace)
-    if mode == "everything-on" and not has_service_monitor_crd(cluster):
-        values = {**values, "metrics": {"serviceMonitor": {"enabled": False}}}
     rendered = helm("template", "mwo", str(CHART), "-n", namespace,
                     "-f", values_file(tmp_path, values), "--include-crds").stdout
     kinds = {doc["kind"] for doc in yaml.safe_load_all(rendered) if doc}
@@ -78,9 +78,26 @@ def test_template_accepted_by_api_server(
     assert "(server dry run)" in proc.stdout
 
 
-def has_service_monitor_crd(cluster: Cluster) -> bool:
-    proc = cluster.kubectl("get", "crd", "servicemonitors.monitoring.coreos.com", check=False)
-    return proc.returncode == 0
+MONITORING_CRDS = ("servicemonitors", "prometheusrules")
+
+
+@pytest.fixture(scope="session")
+def monitoring_crds(cluster: Cluster) -> None:
+    """ServiceMonitor and PrometheusRule, the CRDs as prometheus-operator's Go module ships
+    them (versions.env pins it); installed for the chart's objects, no operator runs."""
+    version = next(line.split("=", 1)[1] for line in
+                   (REPO / "hack/cluster/versions.env").read_text().splitlines()
+                   if line.startswith("PROMETHEUS_OPERATOR_VERSION="))
+    found = subprocess.run(
+        ["go", "mod", "download", "-json",
+         f"github.com/prometheus-operator/prometheus-operator@{version}"],
+        check=True, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "GOFLAGS": "-mod=mod"})
+    crds = Path(json.loads(found.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
+    for plural in MONITORING_CRDS:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f",
+                        str(crds / f"monitoring.coreos.com_{plural}.yaml"))
+    cluster.wait_established(*(f"{p}.monitoring.coreos.com" for p in MONITORING_CRDS))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,6 +146,36 @@ def owned_objects(release: Release) -> list[tuple[str, str, str]]:
         (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
         for doc in yaml.safe_load_all(manifest) if doc
     ]
+
+
+@pytest.mark.usefixtures("monitoring_crds")
+def test_install_with_alerts_dashboard_and_service_monitor(
+        release: Release, tmp_path: Path) -> None:
+    """Everything monitoring-related on: the API server takes the PrometheusRule (its CRD's
+    schema), the ServiceMonitor and the dashboard ConfigMap, and uninstall removes them."""
+    release.install({"watchNamespaces": [release.namespace], "metrics": {
+        "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True},
+        "dashboard": {"enabled": True}}}, tmp_path)
+    release.wait_rolled_out()
+    installed = owned_objects(release)
+    kinds = {kind for kind, _, _ in installed}
+    assert {"PrometheusRule", "ServiceMonitor", "ConfigMap"} <= kinds, kinds
+    ns = release.namespace
+    rule = next(name for kind, _, name in installed if kind == "PrometheusRule")
+    groups = json.loads(release.cluster.kubectl(
+        "-n", ns, "get", "prometheusrule", rule, "-o", "json").stdout)["spec"]["groups"]
+    alerts = {r["alert"] for g in groups for r in g["rules"] if "alert" in r}
+    assert "MultiWorkerJobRestartLoop" in alerts, alerts
+    dashboard = next(name for kind, _, name in installed if kind == "ConfigMap")
+    labels = json.loads(release.cluster.kubectl(
+        "-n", ns, "get", "configmap", dashboard, "-o", "json").stdout)["metadata"]["labels"]
+    assert labels.get("grafana_dashboard") == "1", labels
+    release.helm("uninstall", release.name, "-n", ns, "--wait", "--timeout=120s")
+    for kind, namespace, name in installed:
+        scope = ("-n", namespace) if namespace else ()
+        gone = release.cluster.kubectl(*scope, "get", kind, name, "--ignore-not-found",
+                                       "-o", "name")
+        assert not gone.stdout.strip(), f"{kind} {name} survived helm uninstall"
 
 
 def test_metrics_are_scraped_through_the_service(release: Release, tmp_path: Path) -> None:

@@ -180,6 +180,17 @@ def evict(cluster: FakeCluster, reason: str = "Preempted") -> None:
     w["metadata"]["resourceVersion"] = str(int(w["metadata"]["resourceVersion"]) + 1)
 
 
+def running() -> FakeCluster:
+    """A queued job, admitted, its group running."""
+    cluster = queued()
+    step(cluster)
+    admit(cluster)
+    step(cluster)
+    cluster.run()
+    step(cluster)
+    return cluster
+
+
 def test_a_queued_job_creates_its_workload_and_no_pod_until_admitted() -> None:
     cluster = queued()
     step(cluster)
@@ -218,12 +229,7 @@ def test_admitted_the_group_starts_on_the_flavors_nodes() -> None:
 
 def test_evicted_the_group_stops_then_returns_its_quota_and_resumes_when_admitted_again(
 ) -> None:
-    cluster = queued()
-    step(cluster)
-    admit(cluster)
-    step(cluster)
-    cluster.run()
-    step(cluster)
+    cluster = running()
     evict(cluster)
     step(cluster)
     # Stopped the way a suspended group is: stale now, deleted with its grace period.
@@ -260,12 +266,7 @@ def test_a_job_edited_while_queued_replaces_its_workload_never_two() -> None:
 
 
 def test_a_job_edited_while_running_stops_before_its_new_workload_is_queued() -> None:
-    cluster = queued()
-    step(cluster)
-    admit(cluster)
-    step(cluster)
-    cluster.run()
-    step(cluster)
+    cluster = running()
     cluster.set_spec(workers=2)
     step(cluster)
     assert len(cluster.workloads) == 1  # the admitted one stays while its pods stop
@@ -326,12 +327,7 @@ def test_a_missing_priority_class_is_named() -> None:
 
 
 def test_a_finished_job_finishes_its_workload_then_lets_it_go() -> None:
-    cluster = queued()
-    step(cluster)
-    admit(cluster)
-    step(cluster)
-    cluster.run()
-    step(cluster)
+    cluster = running()
     cluster.exit(0, 0)
     step(cluster)
     assert cluster.status["phase"] == "Succeeded"
@@ -370,12 +366,7 @@ def test_the_admitted_gpu_flavor_picks_the_product_the_operator_would_not_have()
 
 
 def test_a_suspended_job_takes_its_workload_out_of_the_queue_and_back_when_resumed() -> None:
-    cluster = queued()
-    step(cluster)
-    admit(cluster)
-    step(cluster)
-    cluster.run()
-    step(cluster)
+    cluster = running()
     cluster.set_spec(suspend=True)
     step(cluster)
     assert the_workload(cluster)["spec"]["active"] is False

@@ -8,6 +8,7 @@ Objects travel as plain camelCase dicts, exactly as the API returns them, so the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -69,6 +70,7 @@ KUEUE_CLUSTER_FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
 NODE_LEASE_FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
     ("coordination.k8s.io", "leases"): frozenset({"get", "list", "watch"}),
 }
+MERGE = "application/merge-patch+json"
 API_SERVED_TTL_SECONDS = 30.0  # how long a discovery answer (is the PodGroup API served?) holds
 
 
@@ -188,15 +190,7 @@ class Cluster:
         at `resource_version`: a decision made on an outdated view is never written. Returns
         the job's new resource version."""
         body = {"metadata": {"resourceVersion": resource_version}, "status": status}
-        try:
-            found = self.rest.call("PATCH", names.job_path(namespace, name) + "/status", body,
-                               content_type="application/merge-patch+json")
-        except ApiException as e:
-            if e.status == 409:
-                raise Conflict(f"{namespace}/{name} changed since it was read") from e
-            if e.status == 404:
-                raise Gone(f"{namespace}/{name} is gone") from e
-            raise
+        found = self._write("PATCH", names.job_path(namespace, name) + "/status", body, MERGE)
         return str(found.get("metadata", {}).get("resourceVersion", ""))
 
     def delete_job(self, namespace: str, name: str, uid: str) -> None:
@@ -264,7 +258,7 @@ class Cluster:
             Call("PATCH", _core_path(p.namespace, "pods", p.name),
                  {"metadata": {"uid": p.uid, "labels": dict(p.labels),
                                "annotations": dict(p.annotations)}},
-                 content_type="application/merge-patch+json")
+                 content_type=MERGE)
             for p in patches])
         for error in errors:
             if error is not None and error.status not in (404, 409, 422):
@@ -296,23 +290,12 @@ class Cluster:
     def replace_status(self, path: str, obj: Manifest, status: Manifest) -> Manifest:
         """PUT `status` as the status subresource of `obj` (as read, at `path`): refused with
         Conflict if the object changed since it was read, Gone if it is gone."""
-        body = {**obj, "status": status}
-        try:
-            return self.rest.call("PUT", f"{path}/status", body)
-        except ApiException as e:
-            if e.status == 409:
-                raise Conflict(f"{path} changed since it was read") from e
-            if e.status == 404:
-                raise Gone(f"{path} is gone") from e
-            raise
+        return self._write("PUT", f"{path}/status", {**obj, "status": status})
 
     def patch_object(self, path: str, patch: Manifest) -> None:
         """Merge-patch the object at `path`; gone is success."""
-        try:
-            self.rest.call("PATCH", path, patch, content_type="application/merge-patch+json")
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        with contextlib.suppress(Gone):
+            self._write("PATCH", path, patch, MERGE)
 
     def drop_finalizer(self, path: str, obj: Manifest, finalizer: str) -> None:
         """Remove `finalizer` from `obj` (as read, at `path`), only if it has not changed
@@ -320,13 +303,8 @@ class Cluster:
         meta = obj.get("metadata", {})
         kept = [f for f in meta.get("finalizers") or [] if f != finalizer]
         body = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "finalizers": kept}}
-        try:
-            self.rest.call("PATCH", path, body, content_type="application/merge-patch+json")
-        except ApiException as e:
-            if e.status == 409:
-                raise Conflict(f"{path} changed since it was read") from e
-            if e.status != 404:
-                raise
+        with contextlib.suppress(Gone):
+            self._write("PATCH", path, body, MERGE)
 
     def api_served(self, group_version: str, plural: str) -> bool:
         """Whether discovery lists `plural` in `group_version` (a CRD installed and
@@ -394,6 +372,19 @@ class Cluster:
             "count": 1,
         }
         self.rest.send("POST", _core_path(meta["namespace"], "events"), event)
+
+    def _write(self, method: str, path: str, body: Manifest,
+               content_type: str = "application/json") -> Manifest:
+        """An update guarded by the resourceVersion it carries: Conflict when the object
+        changed since it was read, Gone when it is gone."""
+        try:
+            return self.rest.call(method, path, body, content_type=content_type)
+        except ApiException as e:
+            if e.status == 409:
+                raise Conflict(f"{path} changed since it was read") from e
+            if e.status == 404:
+                raise Gone(f"{path} is gone") from e
+            raise
 
     def _get(self, path: str, timeout: float | None = None) -> Manifest | None:
         try:

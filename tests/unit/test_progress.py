@@ -125,6 +125,19 @@ def test_progress_is_the_chiefs() -> None:
     assert progress_of(polls((0, {0: None, 1: report(1)}))) is None
 
 
+@pytest.mark.parametrize(("phase", "step", "shown"), [
+    ("starting", 0, False), ("waiting-for-peers", 0, False),  # not restored yet
+    ("starting", 37, True),  # restored before its peers answered
+    ("training", 0, True),  # a fresh job's first steps
+])
+def test_a_chief_not_yet_restored_does_not_read_as_resumed_from_zero(
+        phase: str, step: int, shown: bool) -> None:
+    """A resuming chief reports step 0 until its restore: status.progress keeps what it
+    said (a bench read resumedFromStep 0 right after a resume at 37)."""
+    progress = progress_of(polls((0, {0: report(step=step, phase=phase), 1: None})))
+    assert (progress is not None) is shown
+
+
 @pytest.mark.parametrize(("reported", "expected"),
                          [(0.96875, 0.96875), (None, None), (float("nan"), None)])
 def test_accuracy_reaches_status_when_reported(reported: Any, expected: float | None) -> None:

@@ -21,6 +21,7 @@ from multiworker.api.contract import FINAL_REPORT_PREFIX, SURVIVOR_SAVED
 from multiworker.api.status import ProgressStatus
 
 FINISHED_PHASES = frozenset({"done", "failed"})  # training is over; the pod's exit decides
+BEFORE_TRAINING = frozenset({"starting", "waiting-for-peers"})  # nothing restored yet
 TRAINING = "training"
 MAX_REPORT_BYTES = 64 * 1024  # a report is a few hundred bytes
 
@@ -183,11 +184,15 @@ def _advance(worker: WorkerTrack, answer: Answer, now: datetime) -> WorkerTrack:
 
 
 def progress_of(health: GroupHealth | None) -> ProgressStatus | None:
-    """status.progress from the chief's latest report (None until the chief answered)."""
+    """status.progress from the chief's latest report (None until the chief answered, and
+    while it starts with nothing trained or restored)."""
     chief = health.worker(0) if health is not None else None
     if chief is None or chief.report is None:
         return None
     r = chief.report
+    if r.phase in BEFORE_TRAINING and r.step == 0:
+        # Not restored yet: a resuming group would read as step 0, resumed from 0.
+        return None
     return ProgressStatus(
         step=r.step, epoch=r.epoch, steps_per_second=r.steps_per_second, loss=r.loss,
         accuracy=r.accuracy, last_checkpoint_step=r.last_checkpoint_step,

@@ -149,10 +149,12 @@ def test_a_job_waits_for_quota_with_kueues_reason_and_starts_when_the_first_fini
     jobs.apply(job("first", epochs=6, step_sleep=0.3))
     jobs.wait_running("first", timeout=180)
     jobs.apply(job("second", epochs=1))
-    waiting = jobs.wait("second", "Queued with Kueue's reason", queued_reason, timeout=60)
+    waiting = jobs.wait("second", "Queued with Kueue's reason",
+                        lambda s: c if (c := queued_reason(s)) and "quota" in c["message"]
+                        else None, timeout=60)
     record_property("figure: a queued job's condition", waiting["message"])
-    assert f"LocalQueue {QUEUE}" in waiting["message"], waiting
-    assert "insufficient" in waiting["message"] or "quota" in waiting["message"], waiting
+    assert f"LocalQueue {QUEUE} (ClusterQueue {queue})" in waiting["message"], waiting
+    assert "insufficient unused quota for cpu" in waiting["message"], waiting
     assert not jobs.pods("second")
     shown = jobs.kubectl("get", "mwj", "second").stdout
     assert "Queued" in shown, shown

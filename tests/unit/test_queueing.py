@@ -202,9 +202,11 @@ def test_a_queued_job_creates_its_workload_and_no_pod_until_admitted() -> None:
     w["status"] = {"conditions": [cond("QuotaReserved", "False", "Pending",
                                        "couldn't assign flavors: insufficient quota")]}
     step(cluster)
+    cluster.objects["team"] = {"metadata": {"name": "team"}, "spec": {"clusterQueue": "gpus"}}
+    step(cluster)
     status, reason, message = queued_condition(cluster)
     assert (status, reason) == ("True", "Queued")
-    assert "LocalQueue team" in message and "insufficient quota" in message
+    assert "LocalQueue team (ClusterQueue gpus)" in message and "insufficient quota" in message
     assert cluster.pods == {}
 
 

@@ -73,6 +73,10 @@ against the code's REST calls; the e2e suite runs the operator under it.
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: [update]
+# A waiting job's LocalQueue, read for the ClusterQueue its condition names.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [localqueues]
+  verbs: [get]
 {{- end }}
 {{- end }}
 

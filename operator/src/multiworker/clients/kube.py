@@ -55,11 +55,13 @@ FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
 }
 # With --kueue (chart: kueue.enabled), beside FOOTPRINT: each job's Workload, watched,
 # created, deleted once replaced, its finalizer dropped (merge patch) and its status written
-# (admission cleared after an eviction, PodsReady, Finished); the admitted flavors' and the
-# priority classes' values read (reconcile/queueing.py).
+# (admission cleared after an eviction, PodsReady, Finished); a waiting job's LocalQueue read
+# (its ClusterQueue); the admitted flavors' and the priority classes' values read
+# (reconcile/queueing.py).
 KUEUE_FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
     ("kueue.x-k8s.io", "workloads"): frozenset({"list", "watch", "create", "delete", "patch"}),
     ("kueue.x-k8s.io", "workloads/status"): frozenset({"update"}),
+    ("kueue.x-k8s.io", "localqueues"): frozenset({"get"}),
 }
 KUEUE_CLUSTER_FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
     ("kueue.x-k8s.io", "resourceflavors"): frozenset({"get"}),

@@ -38,6 +38,10 @@ def workload_path(namespace: str, name: str | None = None) -> str:
     return f"{path}/{name}" if name else path
 
 
+def local_queue_path(namespace: str, name: str) -> str:
+    return f"/apis/{GROUP_VERSION}/namespaces/{namespace}/localqueues/{name}"
+
+
 def queue_name(labels: Mapping[str, str] | None) -> str | None:
     """The LocalQueue a job names; None: Kueue is not involved."""
     return (labels or {}).get(QUEUE_LABEL) or None

@@ -10,6 +10,8 @@ from that checkpoint. A finished job marks its Workload Finished and lets it go.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from multiworker.api import names
 from multiworker.api.conditions import Reason, Type, find, is_true
 from multiworker.api.status import Phase
@@ -24,6 +26,7 @@ from multiworker.decide.queueing import (
     finished,
     flavor_fields,
     is_active,
+    local_queue_path,
     pods_ready,
     priority_of,
     queue_name,
@@ -77,6 +80,9 @@ def _follow(p: Pass, queue: str, workload: Manifest, state: QueueState) -> Flow:
         return Flow.CONTINUE
     if state.admission is Admission.EVICTED:
         return _evicted(p, queue, workload, state)
+    if state.cluster_queue is None:  # where it waits: the LocalQueue says (Kueue, if not)
+        found = p.cluster.get_object(local_queue_path(p.job.namespace, queue)) or {}
+        state = replace(state, cluster_queue=(found.get("spec") or {}).get("clusterQueue"))
     return _hold(p, Reason.QUEUED, waiting_message(queue, state))
 
 

@@ -386,3 +386,18 @@ def test_a_suspended_job_takes_its_workload_out_of_the_queue_and_back_when_resum
     admit(cluster)
     step(cluster)
     assert cluster.generations() == dict.fromkeys(PODS, "1")
+
+
+def test_a_gang_job_is_admitted_first_then_placed_whole() -> None:
+    """Kueue and gang scheduling together: no PodGroup and no pod while queued; admitted, the
+    generation's PodGroup comes first and every worker carries the gang's scheduler and the
+    flavor's node labels."""
+    cluster = queued(gang={"enabled": True})
+    step(cluster)
+    assert cluster.pods == {} and not [n for n in cluster.objects if n.startswith("demo-g")]
+    admit(cluster)
+    step(cluster)
+    assert "demo-g0" in cluster.objects and cluster.objects["demo-g0"]["spec"]["minMember"] == 3
+    for pod in cluster.pods.values():
+        assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+        assert pod["spec"]["nodeSelector"]["gpu.product"] == "a100"

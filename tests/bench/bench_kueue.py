@@ -84,7 +84,6 @@ import os
 import random
 import re
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -109,6 +108,7 @@ from tests.bench.harness import (
     operator,
     wait_for,
 )
+from tests.bench.report import Value, fmt, median
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 KUEUE_NS, KUEUE_DEPLOY, KUEUE_CM = "kueue-system", "kueue-controller-manager", "kueue-manager-config"
@@ -740,28 +740,6 @@ ROWS: list[tuple[str, str]] = [
     ("pre_sigterm_save", "preemption: low checkpointed on SIGTERM"),
     ("preemption_error", "preemption: error"),
 ]
-
-Value = float | str
-
-
-def median(values: list[Value]) -> Value | None:
-    if not values:
-        return None
-    numbers = [v for v in values if isinstance(v, float | int)]
-    if len(numbers) == len(values):
-        return float(statistics.median(numbers))
-    texts = [str(v) for v in values]
-    common = max(set(texts), key=texts.count)
-    return f"{common} ({texts.count(common)}/{len(values)})" if len(values) > 1 else common
-
-
-def fmt(v: Value | None) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, str):
-        return v
-    return f"{v:.2f}" if abs(v) < 100 else f"{v:.0f}"
-
 
 def table(results: dict[str, dict[str, list[Value]]], names: list[str],
           unavailable: dict[str, str]) -> str:

@@ -1,5 +1,5 @@
-"""In-place vs recreate: SIGKILL one trainer of the CPU example, time until the new generation
-trains (local real cluster, real TensorFlow pods; not part of CI).
+"""Warm in place, cold in place, recreate: SIGKILL one trainer of the CPU example, time until
+the new generation trains (local real cluster, real TensorFlow pods; not part of CI).
 
     .venv/bin/python tests/bench/bench_in_place.py [--kills 5] [--workers 3] [--cluster kind]
 
@@ -7,8 +7,9 @@ Needs the local cluster (make cluster-up) with the worker image loaded (make ima
 with `--cluster kind` the kind cluster (make cluster-up images-load CLUSTER=kind: two worker
 nodes; the workers are spread over both, the checkpoints on the directory every node mounts,
 pod IPs reached through the host routes hack/kind/up.sh adds). Runs the real operator (on
-this host) for a fresh namespace with a hostPath checkpoint claim. Per kill,
-alternating spec.restartPolicy.mode InPlace and Recreate: applies examples/cpu-job.yaml (as
+this host) for a fresh namespace with a hostPath checkpoint claim. Per kill, in turn the
+three paths (PATHS: mode InPlace with its warm standby, InPlace with warmStandby false, and
+Recreate): applies examples/cpu-job.yaml (as
 `--workers` workers, 200 epochs so it outlasts the measurement, backoffSeconds 0 so the
 restart policy's wait is not counted), waits for its first checkpoint, SIGKILLs worker-1's
 trainer (t = 0, when `kubectl exec pkill` returned) and polls the API and every worker's
@@ -17,7 +18,8 @@ GET /progress every 50 ms:
 - seen: the operator moved the job to the next generation;
 - stopped: in place, the generation released in every pod (every old trainer stopped);
   recreate, every old pod gone;
-- ready: every pod of the new generation has its trainer running;
+- ready: every pod of the new generation has its trainer running (warm: its launcher reports
+  the new generation's trainer running);
 - step: a worker of the new generation reports a training step past the one it restored
   (the collective of the new group works: MultiWorkerMirroredStrategy steps together).
 
@@ -65,7 +67,10 @@ from tests.cluster import KIND_ENV, read_env_file
 POLL = 0.05
 GENERATION = "multiworker.dev/group-generation"
 RELEASED = "multiworker.dev/released-generation"
-MODES = ("InPlace", "Recreate")
+LAUNCHER = "multiworker.dev/launcher"
+# The three ways a group restarts, as spec.restartPolicy says them.
+PATHS = {"warm": {"mode": "InPlace"}, "cold": {"mode": "InPlace", "warmStandby": False},
+         "recreate": {"mode": "Recreate"}}
 PHASES = ("seen", "stopped", "ready", "step")
 # Worker log lines that end each part of a trainer's start-up (after `ready`).
 STARTUP = (("import", "serving progress on"), ("peers", "preflight passed"),
@@ -81,11 +86,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def job_manifest(name: str, workers: int, mode: str, spread: bool = False) -> Obj:
+def job_manifest(name: str, workers: int, path: str, spread: bool = False) -> Obj:
     job: Obj = yaml.safe_load((REPO / "examples" / "cpu-job.yaml").read_text())
     job["metadata"]["name"] = name
     job["spec"]["workers"] = workers
-    job["spec"]["restartPolicy"] |= {"backoffSeconds": 0, "mode": mode}
+    job["spec"]["restartPolicy"] |= {"backoffSeconds": 0, **PATHS[path]}
     trainer = job["spec"]["template"]["spec"]["containers"][0]
     trainer["env"] = [{"name": "TRAIN_EPOCHS", "value": "200"}]
     trainer["resources"]["requests"] = {"cpu": "100m", "memory": "512Mi"}
@@ -137,9 +142,17 @@ def progress(pod: Obj) -> Obj | None:
         return None
 
 
-def trainer_running(pod: Obj) -> bool:
-    return any(c.get("name") == "tensorflow" and "running" in (c.get("state") or {})
-               for c in pod.get("status", {}).get("containerStatuses") or [])
+def trainer_running(pod: Obj, generation: int) -> bool:
+    """Its trainer of `generation` runs: the container, and where the warm launcher runs the
+    trainer inside it, the launcher's report (the operator copies it onto the pod)."""
+    container = any(c.get("name") == "tensorflow" and "running" in (c.get("state") or {})
+                    for c in pod.get("status", {}).get("containerStatuses") or [])
+    annotations = pod["metadata"].get("annotations") or {}
+    if "multiworker.dev/warm-agent-port" not in annotations:
+        return container
+    report = json.loads(annotations.get(LAUNCHER) or "{}")
+    return container and report.get("generation") == generation and \
+        report.get("state") == "running"
 
 
 @dataclass
@@ -178,12 +191,12 @@ def one_kill(cluster: Cluster, namespace: str, workers: int, mode: str,
         found = pods(cluster, namespace, name)
         current = [p for p in found if p["metadata"]["labels"].get(GENERATION) == str(new)]
         if new >= 1 and "stopped" not in times and (
-                len(current) == len(found) == workers if mode == "Recreate" else
+                len(current) == len(found) == workers if mode == "recreate" else
                 all(p["metadata"].get("annotations", {}).get(RELEASED) == str(new)
                     for p in found) and len(found) == workers):
             times["stopped"] = now - t0
         if "stopped" in times and "ready" not in times and len(current) == workers \
-                and all(trainer_running(p) for p in current):
+                and all(trainer_running(p, new) for p in current):
             times["ready"] = now - t0
         if "ready" in times:
             for pod in current:
@@ -239,9 +252,9 @@ def main() -> None:
     kills: list[Kill] = []
     try:
         with operator(cluster, namespace, log):
-            for i in range(2 * args.kills):
-                kill = one_kill(cluster, namespace, args.workers, MODES[i % 2], args.timeout,
-                                spread=args.cluster == "kind")
+            for i in range(len(PATHS) * args.kills):
+                kill = one_kill(cluster, namespace, args.workers, list(PATHS)[i % len(PATHS)],
+                                args.timeout, spread=args.cluster == "kind")
                 kills.append(kill)
                 row = "  ".join(f"{p} {kill.times.get(p, float('nan')):6.2f}s" for p in PHASES)
                 parts = " ".join(f"{p} {kill.times.get(p, float('nan')):.2f}"
@@ -253,7 +266,7 @@ def main() -> None:
         cluster.kubectl("delete", "pv", f"bench-{namespace}"[:63], "--wait=false", check=False)
         print(f"operator log: {log}")
     parts = (*(p for p, _ in STARTUP), "restore")
-    for mode in MODES:
+    for mode in PATHS:
         cells = [f"{part} {statistics.median(k.times[part] for k in kills if k.mode == mode):.2f}"
                  for part in parts]
         print(f"{mode}: start-up between ready and step, medians (s): {', '.join(cells)}")
@@ -261,7 +274,7 @@ def main() -> None:
           f"{args.cluster}, {args.kills} kills per path (seconds)")
     print(f"{'path':9} " + "  ".join(f"{p + ' med':>10} {p + ' max':>9}" for p in PHASES))
     medians = {}
-    for mode in MODES:
+    for mode in PATHS:
         rows = [k.times for k in kills if k.mode == mode]
         cells = []
         for phase in PHASES:
@@ -269,11 +282,12 @@ def main() -> None:
             medians[(mode, phase)] = statistics.median(values)
             cells.append(f"{statistics.median(values):10.2f} {max(values):9.2f}")
         print(f"{mode:9} " + "  ".join(cells))
-    kept = [k.uids_kept for k in kills if k.mode == "InPlace"]
+    kept = [k.uids_kept for k in kills if k.mode != "recreate"]
     print(f"in place kept every pod in {sum(kept)} of {len(kept)} restarts (the others fell "
           "back to recreation at the stop bound)")
-    print("in place / recreate (medians): " + "  ".join(
-        f"{p} {medians[('InPlace', p)] / medians[('Recreate', p)]:.2f}" for p in PHASES))
+    for mode in ("warm", "cold"):
+        print(f"{mode} in place / recreate (medians): " + "  ".join(
+            f"{p} {medians[(mode, p)] / medians[('recreate', p)]:.2f}" for p in PHASES))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ sees, training resumed from the checkpoint, and the path taken in the status and
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ from tests.e2e.test_recovery import (
     wait_checkpointed,
 )
 from tests.integration.jobs import Jobs
+from tests.support import wait_for
 
 pytestmark = pytest.mark.usefixtures("worker_image", "operator")
 
@@ -91,12 +93,16 @@ def test_a_killed_trainer_restarts_the_group_in_its_own_pods(
     jobs.apply(tf_job("inplace", restartPolicy=IN_PLACE))
     wait_checkpointed(jobs, "inplace")
     before = uids(jobs, "inplace")
+    for pod in before:
+        wait_spare_ready(jobs, pod)
     signal_worker(jobs, "inplace", 1, "SIGKILL")
     # The new generation's trainers run in the same pods and see their generation.
     running = jobs.wait("inplace", "the next generation running", lambda s: s if s.get(
         "groupGeneration", 0) >= 1 and s.get("phase") == "Running" else None, timeout=120)
-    seen = jobs.kubectl("exec", "inplace-worker-0", "-c", "tensorflow", "--",
-                        "printenv", "MWJ_RESTART_COUNT").stdout.strip()
+    seen = jobs.kubectl("exec", "inplace-worker-0", "-c", "tensorflow", "--", "python3", "-c",
+                        "import json, urllib.request as u; print(json.load(u.urlopen("
+                        "'http://127.0.0.1:8471/progress', timeout=5))['generation'])",
+                        ).stdout.strip()
     assert seen == str(running["groupGeneration"])
     # The operator told each agent (its labels may reach it later: the kubelet's schedule).
     told = jobs.kubectl("exec", "inplace-worker-0", "-c", "mwj-agent", "--", "sh", "-c",
@@ -108,6 +114,10 @@ def test_a_killed_trainer_restarts_the_group_in_its_own_pods(
     assert (status["lastFailure"]["worker"], status["lastFailure"]["exitCode"]) == (1, 137)
     assert_same_pods(jobs, "inplace", before, status, record_property)
     assert status["groupGeneration"] == 1
+    for pod in before:  # every trainer of generation 1 ran in its pod's spare
+        log = jobs.kubectl("logs", pod, "-c", "tensorflow").stdout
+        assert "==== multiworker: generation 1 of worker" in log and \
+            re.search(r"generation 1 of worker \d, warm start", log), log[-3000:]
 
 
 def test_recreate_mode_replaces_the_pods(jobs: Jobs, checkpoint_claim: str) -> None:
@@ -133,14 +143,38 @@ def test_a_plain_tf_config_script_resumes_in_place(
         "logs", "plain-worker-0", "-c", "tensorflow", check=False).stdout else None,
         timeout=240)
     before = uids(jobs, "plain")
-    jobs.kubectl("exec", "plain-worker-0", "-c", "tensorflow", "--",
-                 "pkill", "-KILL", "-f", "CheckpointManager")
+    wait_spare_ready(jobs, "plain-worker-0")
+    kill_trainer(jobs, "plain-worker-0")
     status = jobs.wait_phase("plain", "Succeeded", timeout=300)
     assert status["restarts"] == 1, status
     assert_same_pods(jobs, "plain", before, status, record_property)
     log = jobs.kubectl("logs", "plain-worker-0", "-c", "tensorflow").stdout
     resumed = re.search(r"start at step (\d+)", log)
     assert resumed and int(resumed[1]) >= 40 and "done" in log, log
+    # Every generation's output in order, under its header; the second from the spare.
+    headers = re.findall(r"==== multiworker: generation (\d+) of worker 0, (\w+) start", log)
+    assert headers == [("0", "cold"), ("1", "warm")], log
+
+
+LAUNCHER_REPORT = "/run/multiworker/launcher.json"
+
+
+def launcher_report(jobs: Jobs, pod: str) -> dict[str, Any]:
+    """The warm launcher's report in `pod` (runtime/launcher.py), {} before it writes one."""
+    found = jobs.kubectl("exec", pod, "-c", "tensorflow", "--", "cat", LAUNCHER_REPORT,
+                         check=False).stdout
+    return dict(json.loads(found)) if found.strip() else {}
+
+
+def wait_spare_ready(jobs: Jobs, pod: str) -> None:
+    wait_for(lambda: launcher_report(jobs, pod).get("spare") == "ready", 120,
+             describe=f"the spare of {pod}'s launcher ready")
+
+
+def kill_trainer(jobs: Jobs, pod: str) -> None:
+    """SIGKILL the trainer the launcher runs (not its spare, whose command line is the same)."""
+    pid = launcher_report(jobs, pod)["trainerPid"]
+    jobs.kubectl("exec", pod, "-c", "tensorflow", "--", "kill", "-KILL", str(pid))
 
 
 def freeze_agent(pod: str) -> int:

@@ -16,10 +16,16 @@ pytestmark = pytest.mark.usefixtures("worker_image", "operator")
 WORKER_IMAGE = "multiworker.local/worker:dev"
 TRAIN = "/opt/multiworker/examples/training/train.py"
 # Signal the training process (tini is PID 1; train.py is its child), never this script itself.
+# The trainer's processes, not a warm launcher's spare (runtime/launcher.py: the same command
+# line, waiting to be the next generation's trainer).
 SIGNAL_TRAINER = """
-import os, signal, sys
+import json, os, signal, sys
 me = os.getpid()
-for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) != me):
+try:
+    spare = json.load(open("/run/multiworker/launcher.json")).get("sparePid")
+except (OSError, ValueError):
+    spare = None
+for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (me, spare)):
     try:
         cmd = open(f"/proc/{pid}/cmdline", "rb").read()
     except OSError:

@@ -11,7 +11,7 @@ import pytest
 from multiworker.api import names
 from multiworker.reconcile.context import Options
 from multiworker.reconcile.reconcile import Outcome, reconcile
-from multiworker.reconcile.render import agent_script
+from multiworker.reconcile.render import shipped_scripts
 
 from tests.unit.builders import NAMESPACE, job_body
 from tests.unit.fake_cluster import FakeCluster
@@ -608,7 +608,7 @@ def test_the_group_s_addresses_are_in_a_configmap_made_before_its_pods() -> None
     assert config["data"] == {"workers": '["demo-worker-0.demo.ml.svc:2345",'
                                          '"demo-worker-1.demo.ml.svc:2345",'
                                          '"demo-worker-2.demo.ml.svc:2345"]',
-                              "agent.py": agent_script()}
+                              **shipped_scripts()}
     env = cluster.pods["demo-worker-0"]["spec"]["containers"][0]["env"]
     assert env[0]["valueFrom"]["configMapKeyRef"] == {"name": name, "key": "workers"}
 

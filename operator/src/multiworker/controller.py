@@ -27,7 +27,8 @@ from multiworker.clients import metrics
 from multiworker.clients.agents import Agents
 from multiworker.clients.heartbeats import NODE_LEASES_PATH, slim_lease
 from multiworker.clients.informer import Informer, Key, Store
-from multiworker.clients.kube import Cluster
+from multiworker.clients.kube import Cluster, PodPatch
+from multiworker.clients.launchers import Launchers, LauncherTarget, launcher_targets
 from multiworker.clients.leader import Elector
 from multiworker.clients.poller import Poller
 from multiworker.clients.relay import LoopRelay
@@ -109,6 +110,7 @@ class Controller:
     queue: WorkQueue[Key] = field(init=False)
     poller: Poller = field(init=False)
     agents: Agents = field(init=False, default_factory=Agents)
+    launchers: Launchers = field(init=False)
     elector: Elector | None = field(init=False, default=None)
     informers: list[Informer] = field(init=False, default_factory=list)
     _tasks: list[asyncio.Task[Any]] = field(init=False, default_factory=list)
@@ -138,6 +140,7 @@ class Controller:
         self.poller = Poller(notify=self._notify_key, clock=self.clock,
                              status_seconds=self.progress_status_seconds)
         self._pods_by_node = Store(index_of=_node_of)  # the jobs a node event concerns
+        self.launchers = Launchers(self._launcher_reported)
 
     # --- lifecycle ---
 
@@ -190,6 +193,7 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.agents.close()
+        await self.launchers.close()
         for informer in self._all_informers():
             informer.stop()
         if self.elector is not None:
@@ -345,6 +349,7 @@ class Controller:
                     self.queue.add(key)
                 else:
                     self.poller.pause(key)  # the next pass resumes it, or drops it
+                    self.launchers.forget(key)
         if not leading:
             metrics.forget_jobs_in(namespace)  # the new leader exports them
 
@@ -387,6 +392,7 @@ class Controller:
     def _after(self, key: Key, outcome: Outcome, now: datetime, began: float) -> None:
         if outcome.gone:
             self.poller.forget(key)
+            self.launchers.forget(key)
             self.queue.forget(key)
             self.view.forget(key)
             self._expected.pop(key, None)
@@ -406,6 +412,7 @@ class Controller:
             self._expected.setdefault(key, {}).update(dict.fromkeys(unseen, deadline))
         self.poller.after_pass(key, outcome.targets, now)
         self.agents.tell(outcome.agent_notes)
+        self.launchers.follow(key, launcher_targets(self.view.cached_pods(*key)))
         requeue = outcome.requeue
         job = self.view.cached_job(*key)
         status = (job or {}).get("status") or {}
@@ -416,6 +423,20 @@ class Controller:
             requeue = jittered(self.resync_seconds)
         if requeue is not None:
             self.queue.add_after(key, requeue)
+
+    async def _launcher_reported(self, target: LauncherTarget, report: str) -> None:
+        """Copy a warm launcher's news onto its pod (launchers.py): the pod's event then
+        wakes the job's pass, which reads it there."""
+        if not self.leads(target.namespace):
+            return
+        pod = self.view.pod_store.get((target.namespace, target.pod))
+        meta = (pod or {}).get("metadata") or {}
+        if meta.get("uid") != target.uid or \
+                (meta.get("annotations") or {}).get(names.ANNOTATION_LAUNCHER) == report:
+            return
+        await asyncio.to_thread(self.cluster.patch_pods, [PodPatch(
+            target.namespace, target.pod, target.uid,
+            annotations={names.ANNOTATION_LAUNCHER: report})])
 
     def _still_expected(self, key: Key) -> frozenset[str]:
         pending = self._expected.get(key)

@@ -76,6 +76,7 @@ class Reason(StrEnum):
     PEERS_CONNECTED = "PeersConnected"
     IN_PLACE_ABANDONED = "InPlaceRestartAbandoned"
     IN_PLACE_RELEASED = "InPlaceRestartReleased"
+    WARM_STANDBY_OFF = "WarmStandbyOff"  # in place, but the trainers restart cold: why
     AVOIDED_NODE_BACK = "AvoidedNodeBack"
     GPU_PRODUCT_FULL = "GpuProductFull"
     # Kueue (reconcile/queueing.py)

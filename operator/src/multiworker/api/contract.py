@@ -51,6 +51,14 @@ DEFAULT_PROGRESS_PORT = 8471
 # (spec.restartPolicy.agentPort; runtime/agent.py).
 DEFAULT_AGENT_PORT = 8472
 AGENT_NOTE_PATH = "/generation"
+# Where the operator long-polls a pod's agent for its warm launcher's report (runtime/launcher.py).
+AGENT_TRAINER_PATH = "/trainer"
+# What the operator tells the warm launcher (runtime/launcher.py) of a training container it
+# wraps: the user's command line (JSON), the modules its spare interpreters import ahead
+# (comma-separated), and the folder of the hook they start with (a sitecustomize).
+MWJ_LAUNCHER_COMMAND = "MWJ_LAUNCHER_COMMAND"
+MWJ_LAUNCHER_PRELOAD = "MWJ_LAUNCHER_PRELOAD"
+MWJ_LAUNCHER_HOOK = "MWJ_LAUNCHER_HOOK"
 DEFAULT_PEER_TIMEOUT_SECONDS = 300
 # Above any legitimate wait between workers (first-step tracing, a checkpoint write).
 DEFAULT_COLLECTIVE_TIMEOUT_SECONDS = 300

@@ -43,6 +43,14 @@ AGENT_POD_INFO_VOLUME = "mwj-pod-info"
 AGENT_STATE_VOLUME = "mwj-agent-state"
 AGENT_SCRIPT_VOLUME = "mwj-agent-script"
 AGENT_SCRIPT_KEY = "agent.py"
+# The warm launcher (runtime/launcher.py) and the hook its spare interpreters start with, shipped
+# beside the agent; and its last report that the operator acts on (JSON: generation, state,
+# exit), copied onto the pod from the agent's GET /trainer.
+LAUNCHER_SCRIPT_KEY = "launcher.py"
+WARM_HOOK_KEY = "sitecustomize.py"
+ANNOTATION_LAUNCHER = f"{GROUP}/launcher"
+# On a pod whose trainer runs in the warm launcher: the port of the agent that reports it.
+ANNOTATION_WARM_AGENT_PORT = f"{GROUP}/warm-agent-port"
 # The coscheduling plugin groups pods by this label (gang scheduling, gang.py).
 LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
 FINALIZER = f"{GROUP}/finalizer"

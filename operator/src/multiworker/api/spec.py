@@ -86,6 +86,9 @@ class ExitCodeRule(Model):
     """Exit codes (1-255) this rule matches."""
 
 
+_MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"  # a dotted module name
+
+
 class RestartPolicy(Model):
     """When and how fast a failed group is restarted. A failure of any worker restarts the
     whole group; disruptions that are not the job's fault (pod evicted, preempted or deleted,
@@ -130,6 +133,16 @@ class RestartPolicy(Model):
     stop, when its workers run the multiworker runtime with checkpoints: its survivors save
     their replicas on the way out (0.1 s for the test model; longer for a large model on slow
     storage) and exit as soon as they have. Other jobs' broken groups get 3 s."""
+    warm_standby: bool = True
+    """InPlace only: each pod keeps a spare Python interpreter that has already imported
+    warmModules, and the next generation's trainer runs in it (a launcher is then PID 1 of the
+    training container's command): an in-place restart skips TensorFlow's import. Taken where
+    the training container's command runs a Python script, module or -c code; otherwise, or
+    when false, the kubelet restarts the trainer cold, as in Recreate."""
+    warm_modules: list[Annotated[str, Field(min_length=1, max_length=253, pattern=_MODULE)]] = \
+        Field(default_factory=lambda: ["tensorflow"], max_length=16)
+    """InPlace only: what the spare interpreter imports before it is needed (it must not touch
+    a GPU on import: TensorFlow does not)."""
     agent_port: int = Field(default=contract.DEFAULT_AGENT_PORT, ge=1, le=65535)
     """InPlace only: the port where each pod's restart agent hears of a new generation from
     the operator at once (the pod's labels reach it too, later: the kubelet refreshes them on

@@ -378,14 +378,17 @@ def _in_place(pod: Pod, index: int, trainer: Mapping[str, Any] | None) -> Worker
     since = max(filter(None, (_time(meta.get("creationTimestamp")),
                               _time(annotations.get(names.ANNOTATION_RESTARTED_AT)))),
                 default=None)
+    report = _launcher_report(annotations, generation)
     if generation is not None and released is not None and released < generation:
-        if gate_running and not trainer_running:
+        if (gate_running and not trainer_running) or report.get("state") == "held":
             return WorkerState(index, WorkerPhase.STARTING, name, since=since,
                                reason=WAITING_FOR_RELEASE,
                                message=f"stopped; generation {generation} not released yet")
         return WorkerState(index, WorkerPhase.STARTING, name, since=since,
                            reason=STOPPING_OLD_TRAINER,
                            message=f"restarting in place for generation {generation}")
+    if report.get("state") == "exited" and isinstance(report.get("exit"), dict):
+        return _exited(index, name, report["exit"], "")  # the warm launcher's trainer
     baseline = _int(annotations.get(names.ANNOTATION_TRAINER_RESTARTS)) or 0
     restarts = int((trainer or {}).get("restartCount") or 0)
     if gate_running and not trainer_running and restarts > baseline:
@@ -402,6 +405,18 @@ def _in_place(pod: Pod, index: int, trainer: Mapping[str, Any] | None) -> Worker
                                    "containers before its exit code was seen",
                            since=_time((ended or {}).get("finishedAt")))
     return None
+
+
+def _launcher_report(annotations: Mapping[str, Any], generation: int | None) -> Mapping[str, Any]:
+    """The warm launcher's report on the pod (ANNOTATION_LAUNCHER, runtime/launcher.py) if it
+    is about the pod's generation; else empty."""
+    try:
+        found = json.loads(annotations.get(names.ANNOTATION_LAUNCHER) or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(found, dict) or generation is None or found.get("generation") != generation:
+        return {}
+    return found
 
 
 def exit_record(generation: int, state: WorkerState) -> str:

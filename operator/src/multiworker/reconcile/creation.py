@@ -29,6 +29,7 @@ from multiworker.decide.policy import (
     refused_start_action,
 )
 from multiworker.decide.queueing import on_flavor_nodes, with_flavor_fields
+from multiworker.decide.warm import warm_command
 from multiworker.reconcile.context import Flow, Pass
 from multiworker.reconcile.gang import (
     API_VERSION,
@@ -100,7 +101,21 @@ def ensure_workers(p: Pass) -> Flow:
     if created:
         p.emit(Reason.GROUP_CREATED,
                f"created {created} workers of generation {s.group_generation}")
+        _say_why_cold(p, agent)
     return Flow.CONTINUE
+
+
+def _say_why_cold(p: Pass, agent: bool) -> None:
+    """Pods restartable in place whose trainers will restart cold though the job asks for a
+    warm spare (decide/warm.py): say why, with the group's creation."""
+    restart = p.job.spec.restart_policy
+    if not agent or not restart.warm_standby:
+        return
+    trainer = next(c for c in p.job.spec.template.as_dict()["spec"]["containers"]
+                   if c.get("name") == p.job.spec.template.trainer_container())
+    why = warm_command(trainer)
+    if isinstance(why, str):
+        p.emit(Reason.WARM_STANDBY_OFF, f"in-place restarts start the trainer cold: {why}")
 
 
 def _agent_allowed(p: Pass, pod: Manifest) -> bool:

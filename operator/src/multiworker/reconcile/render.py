@@ -18,6 +18,7 @@ from multiworker.api import contract, names
 from multiworker.api.job import Job
 from multiworker.api.spec import RestartMode
 from multiworker.decide.gpus import PRODUCT_LABEL
+from multiworker.decide.warm import WarmCommand, warm_command
 
 Manifest = dict[str, Any]
 
@@ -33,16 +34,32 @@ _AGENT_STATE_PATH = "/run/multiworker"
 _AGENT_SCRIPT_PATH = "/opt/multiworker-agent"
 
 
+_WARM_HOOK_DIR = "warm"  # under _AGENT_SCRIPT_PATH: on the spare interpreters' PYTHONPATH
+
+
+def _runtime_file(name: str) -> str:
+    return (resources.files("multiworker") / "runtime" / name).read_text()
+
+
 @cache
 def agent_script() -> str:
     """runtime/agent.py, shipped in the job's ConfigMap: it runs in the trainer's image."""
-    return (resources.files("multiworker") / "runtime" / "agent.py").read_text()
+    return _runtime_file("agent.py")
+
+
+@cache
+def shipped_scripts() -> dict[str, str]:
+    """What the job's ConfigMap ships to run in the trainer's image: the in-place agent, the
+    warm launcher, and the hook its spare interpreters start with (a sitecustomize)."""
+    return {names.AGENT_SCRIPT_KEY: agent_script(),
+            names.LAUNCHER_SCRIPT_KEY: _runtime_file("launcher.py"),
+            names.WARM_HOOK_KEY: _runtime_file("warm_hook.py")}
 
 
 def cluster_config_name(job: Job) -> str:
     """The job's ConfigMap (render_cluster_config), named by what it holds: the agent's
-    script is part of it, so an operator with another agent never reuses an older one."""
-    shipped = hashlib.sha256(agent_script().encode()).hexdigest()
+    scripts are part of it, so an operator with another agent never reuses an older one."""
+    shipped = hashlib.sha256(json.dumps(shipped_scripts(), sort_keys=True).encode()).hexdigest()
     return names.cluster_config_name(job.name, job.uid, job.spec.workers, job.spec.port, shipped)
 
 
@@ -61,7 +78,8 @@ def pod_digest(job: Job, image: str | None) -> str:
     rendered = [spec.template.as_dict(), image, spec.workers, spec.port,
                 spec.health.progress_port, spec.health.peer_timeout_seconds,
                 spec.health.collective_timeout_seconds, checkpoint,
-                spec.restart_policy.agent_port]
+                spec.restart_policy.agent_port, spec.restart_policy.warm_standby,
+                spec.restart_policy.warm_modules]
     text = json.dumps(rendered, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -109,7 +127,7 @@ def render_cluster_config(job: Job, owner: Manifest) -> Manifest:
         },
         "data": {names.CLUSTER_CONFIG_KEY: worker_addresses(job.name, job.namespace,
                                                             spec.workers, spec.port),
-                 names.AGENT_SCRIPT_KEY: agent_script()},
+                 **shipped_scripts()},
     }
 
 
@@ -239,8 +257,9 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
                    names.ANNOTATION_PROGRESS_PORT: str(job.spec.health.progress_port)}
     if avoid_nodes:
         annotations[names.ANNOTATION_AVOIDED_NODES] = ",".join(avoid_nodes)
+    if agent and _add_agent(job, pod_spec, trainer):
+        annotations[names.ANNOTATION_WARM_AGENT_PORT] = str(job.spec.restart_policy.agent_port)
     if agent:
-        _add_agent(job, pod_spec, trainer)
         annotations |= {names.ANNOTATION_RELEASED: str(generation),
                         names.ANNOTATION_TRAINER_RESTARTS: "0",
                         names.ANNOTATION_POD_DIGEST: pod_digest(job, image)}
@@ -263,14 +282,15 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
     }
 
 
-def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> None:
+def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> bool:
     """The in-place restart agent (runtime/agent.py), first among the init containers: a
     sidecar whose exit restarts all of the pod's containers, then a gate that holds the rest
     of the pod until the operator releases its generation. The trainer's own failure restarts
     the pod's containers the same way (so its pod never ends failed and can be reused), and
-    the gate holds the new trainer until the operator decides."""
+    the gate holds the new trainer until the operator decides. True: the trainer runs in the
+    warm launcher (runtime/launcher.py), which restarts it without the kubelet."""
     image = trainer["image"]
-    mounts = [{"name": names.AGENT_POD_INFO_VOLUME, "mountPath": _POD_INFO_PATH,
+    mounts: list[Manifest] = [{"name": names.AGENT_POD_INFO_VOLUME, "mountPath": _POD_INFO_PATH,
                "readOnly": True},
               {"name": names.AGENT_STATE_VOLUME, "mountPath": _AGENT_STATE_PATH},
               {"name": names.AGENT_SCRIPT_VOLUME, "mountPath": _AGENT_SCRIPT_PATH,
@@ -299,6 +319,9 @@ def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> None:
     trainer["restartPolicy"] = "Never"
     trainer["restartPolicyRules"] = [{"action": "RestartAllContainers", "exitCodes": {
         "operator": "NotIn", "values": [0]}}]
+    warm = warm_command(trainer) if job.spec.restart_policy.warm_standby else None
+    if isinstance(warm, WarmCommand):
+        _wrap_in_launcher(job, trainer, warm, mounts)
     pod_info = {"name": names.AGENT_POD_INFO_VOLUME, "downwardAPI": {"items": [
         {"path": "generation",
          "fieldRef": {"fieldPath": f"metadata.labels['{names.LABEL_GROUP_GENERATION}']"}},
@@ -306,12 +329,40 @@ def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> None:
          "fieldRef": {"fieldPath": f"metadata.annotations['{names.ANNOTATION_RELEASED}']"}}]}}
     script_volume = {"name": names.AGENT_SCRIPT_VOLUME, "configMap": {
         "name": cluster_config_name(job),
-        "items": [{"key": names.AGENT_SCRIPT_KEY, "path": names.AGENT_SCRIPT_KEY}]}}
+        "items": [{"key": names.AGENT_SCRIPT_KEY, "path": names.AGENT_SCRIPT_KEY},
+                  {"key": names.LAUNCHER_SCRIPT_KEY, "path": names.LAUNCHER_SCRIPT_KEY},
+                  {"key": names.WARM_HOOK_KEY,
+                   "path": f"{_WARM_HOOK_DIR}/{names.WARM_HOOK_KEY}"}]}}
     state = {"name": names.AGENT_STATE_VOLUME, "emptyDir": {"medium": "Memory",
                                                             "sizeLimit": "1Mi"}}
     volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") not in
                {names.AGENT_POD_INFO_VOLUME, names.AGENT_STATE_VOLUME, names.AGENT_SCRIPT_VOLUME}]
     pod_spec["volumes"] = [*volumes, pod_info, state, script_volume]
+    return isinstance(warm, WarmCommand)
+
+
+def _wrap_in_launcher(job: Job, trainer: Manifest, warm: WarmCommand,
+                      mounts: list[Manifest]) -> None:
+    """Make the warm launcher (runtime/launcher.py) the trainer's process, in the field the
+    user wrote (args keep the image's entrypoint): it runs the user's command line itself,
+    in spare interpreters (warm.py). The line travels in an environment variable, last, so
+    the kubelet expands its $(VAR) references as it would in args, and the launcher's own
+    command line does not name the script (pkill -f train.py stops the trainer alone)."""
+    line = [warm.interpreter, f"{_AGENT_SCRIPT_PATH}/{names.LAUNCHER_SCRIPT_KEY}"]
+    if warm.field == "command":
+        trainer["command"], trainer["args"] = line, []
+    else:
+        trainer["args"] = line
+    ours = {"MWJ_AGENT_POD_INFO": _POD_INFO_PATH, "MWJ_AGENT_STATE": _AGENT_STATE_PATH,
+            contract.MWJ_LAUNCHER_PRELOAD: ",".join(job.spec.restart_policy.warm_modules),
+            contract.MWJ_LAUNCHER_HOOK: f"{_AGENT_SCRIPT_PATH}/{_WARM_HOOK_DIR}",
+            contract.MWJ_LAUNCHER_COMMAND: json.dumps(list(warm.argv))}
+    trainer["env"] = [*(e for e in trainer.get("env", []) if e.get("name") not in ours),
+                      *({"name": k, "value": v} for k, v in ours.items())]
+    # The launcher writes its report into the agent's state and reads the pod's generation.
+    shared = {m["name"] for m in mounts}
+    trainer["volumeMounts"] = [*(m for m in trainer.get("volumeMounts", [])
+                                 if m.get("name") not in shared), *mounts]
 
 
 def _avoid(pod_spec: Manifest, nodes: Sequence[str]) -> None:

@@ -35,14 +35,26 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 POD_INFO = os.environ.get("MWJ_AGENT_POD_INFO", "/etc/multiworker")
 STATE = os.environ.get("MWJ_AGENT_STATE", "/run/multiworker")
 PORT = int(os.environ.get("MWJ_AGENT_PORT", "0") or 0)  # 0: hear only the downwardAPI
 POD_UID = os.environ.get("MWJ_AGENT_POD_UID", "")
 NOTE_PATH = "/generation"  # api/contract.py's AGENT_NOTE_PATH
+TRAINER_PATH = "/trainer"  # api/contract.py's AGENT_TRAINER_PATH
 RESTART_EXIT = 86
 POLL_SECONDS = 0.05
+# The warm launcher (launcher.py), PID 1 of the trainer's container where it runs, restarts
+# the trainer itself and reports here; the sidecar leaves a new generation to it while it beats,
+# and takes over (restarting all containers: the cold path) when it does not stop the old
+# trainer within STOP_SECONDS or falls silent for BEAT_SECONDS.
+LAUNCHER_REPORT = "launcher.json"
+LAUNCHER_STOP_SECONDS = 8.0
+LAUNCHER_BEAT_SECONDS = 2.0
+# GET /trainer answers at once when the report differs from the version the caller has seen,
+# and otherwise when it changes, or after at most this long (a long poll).
+MAX_WAIT_SECONDS = 20.0
 # The operator relabels a pod one generation at a time and tells it then, so a told generation
 # leads the pod's own label (the downwardAPI file, which the kubelet refreshes late) by one at
 # most, and a told release never passes the generation. A note claiming more is refused:
@@ -113,10 +125,56 @@ def plausible(note: dict[str, object]) -> bool:
     return release is None or release <= ceiling
 
 
+def launcher_report() -> dict[str, Any] | None:
+    """What the warm launcher last wrote (launcher.py), None where it runs not."""
+    try:
+        with open(os.path.join(STATE, LAUNCHER_REPORT)) as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _wait_for_news(seen: int | None, wait: float) -> dict[str, Any]:
+    """The launcher's report once its version is not `seen`, or as it is after `wait` s."""
+    deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT_SECONDS)
+    while True:
+        report = launcher_report() or {}
+        if report.get("version") != seen or time.monotonic() >= deadline:
+            return report
+        time.sleep(POLL_SECONDS)
+
+
 class _Told(BaseHTTPRequestHandler):
-    """PUT /generation {"uid": ..., "generation": N, "released": M}: the operator's word."""
+    """PUT /generation {"uid": ..., "generation": N, "released": M}: the operator's word.
+    GET /trainer?uid=...&version=N&wait=S: the warm launcher's report, for the operator (a
+    long poll: answered when the report is not version N, or after S seconds)."""
 
     timeout = READ_SECONDS  # per read of the request, then the connection is dropped
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        path, _, query = self.path.partition("?")
+        asked = {k: v[-1] for k, v in parse_qs(query).items()}
+        if path != TRAINER_PATH:
+            self._answer(404)
+        elif not POD_UID or asked.get("uid") != POD_UID:
+            self._answer(409)  # another pod's IP: its report is not this pod's
+        else:
+            try:
+                seen = int(asked["version"]) if "version" in asked else None
+                wait = float(asked.get("wait", "0"))
+            except ValueError:
+                self._answer(400)
+                return
+            self._answer(200, json.dumps(_wait_for_news(seen, wait)).encode())
+
+    def _answer(self, code: int, body: bytes = b"") -> None:
+        self.send_response(code)
+        if body:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def do_PUT(self) -> None:  # noqa: N802 (http.server's name)
         try:
@@ -216,21 +274,41 @@ def opened() -> int | None:
     return _read(os.path.join(STATE, "opened"))
 
 
+def launcher_handles(generation_now: int, rose_at: float) -> bool:
+    """Whether the warm launcher is moving its trainer to `generation_now` itself: it beats,
+    and it has stopped the old trainer (held) or is still within LAUNCHER_STOP_SECONDS of the
+    rise, seen at `rose_at` (monotonic)."""
+    report = launcher_report()
+    if report is None or not isinstance(report.get("beat"), (int, float)):
+        return False
+    if time.time() - report["beat"] > LAUNCHER_BEAT_SECONDS:
+        return False
+    held = report.get("state") == "held" and report.get("generation") == generation_now
+    return held or time.monotonic() - rose_at < LAUNCHER_STOP_SECONDS
+
+
 def watch() -> int:
-    """Exit RESTART_EXIT once a trainer may run of a generation older than the pod's.
+    """Exit RESTART_EXIT once a trainer may run of a generation older than the pod's, unless
+    the warm launcher moves it on itself.
 
     No trainer runs when this sidecar starts (the kubelet starts it first, and a restart of
-    all containers stops the others first), so only a generation the gate opens during its
-    life can have one running: the downwardAPI file read at start may still be stale, and a
-    pod whose gate still holds needs no restart to move on."""
+    all containers stops the others first), so only a generation the gate (or the launcher)
+    opens during its life can have one running: the downwardAPI file read at start may still
+    be stale, and a pod whose gate still holds needs no restart to move on."""
     listen()
     at_start = opened()
+    rose_at: float | None = None
     while True:
         now, started = generation(), opened()
         publish(now)
         if started is not None and started != at_start and now is not None and now > started:
-            print(f"generation {started} -> {now}: restarting the pod's containers", flush=True)
-            return RESTART_EXIT
+            rose_at = rose_at if rose_at is not None else time.monotonic()
+            if not launcher_handles(now, rose_at):
+                print(f"generation {started} -> {now}: restarting the pod's containers",
+                      flush=True)
+                return RESTART_EXIT
+        else:
+            rose_at = None
         time.sleep(POLL_SECONDS)
 
 

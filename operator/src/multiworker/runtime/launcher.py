@@ -1,0 +1,642 @@
+"""The warm launcher of a worker pod's trainer (in-place restarts, runtime/agent.py).
+
+A restart of all of a pod's containers starts the trainer's Python anew, and its first 4-5 s go
+to importing TensorFlow. As PID 1 of the trainer's container, the launcher restarts the trainer
+itself: it keeps one spare interpreter that has already imported the heavy modules, holds each
+new generation as the gate does (agent.gate), and hands the released one to the spare. Runs
+with the python3 of the trainer's image (the operator ships it beside agent.py in the job's
+ConfigMap), stdlib only, as `python3 launcher.py`: the user's own command line is in
+MWJ_LAUNCHER_COMMAND (JSON), the modules to import ahead in MWJ_LAUNCHER_PRELOAD.
+
+A spare is the user's own command line with the warm hook (warm_hook.py, a sitecustomize in
+MWJ_LAUNCHER_HOOK) first on its PYTHONPATH: Python then runs the program itself, as a cold
+start would (the same cmdline, sys.argv, sys.path and __main__). The hook imports the preloads,
+says "ready" on its status pipe, and waits for its go (the generation's environment) on its
+command pipe.
+
+- The first generation, which the gate opened before the container started, starts at once:
+  in a spare given its go before it is ready (one way to start a trainer), so still cold.
+- A spare starts MWJ_LAUNCHER_SPARE_DELAY s (15) after its trainer, so as not to slow the
+  trainers' start-up; not while the container's memory (cgroup v2) could not hold one more
+  of the size the last spare had; and no more after two failures in a row: later generations
+  then start cold, as before. It is not niced while it imports: once it became the trainer,
+  it could not undo that (not as root).
+- A rising generation stops the trainer (SIGTERM to its process group, SIGKILL after
+  MWJ_LAUNCHER_STOP_SECONDS), is held until released, and the highest one starts.
+- A trainer's exit 0 ends the container; any other is recorded, and the launcher stays for
+  the operator's next generation.
+- STATE/launcher.json says where it stands, rewritten on every change and every BEAT_SECONDS
+  (a heartbeat), for the watch sidecar and, through it, the operator.
+- It reaps every child (PID 1), passes SIGTERM/SIGINT/SIGHUP to the trainer as SIGTERM (its
+  checkpoint on SIGTERM runs) and exits with the trainer's code, and on an error of its own
+  kills the trainer and exits 1: the pod's restart rule then restarts all containers, cold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+
+def _number(name: str, default: float) -> float:
+    return float(os.environ.get(name, "") or default)
+
+
+STOP_SECONDS = _number("MWJ_LAUNCHER_STOP_SECONDS", 5)
+SPARE_DELAY = _number("MWJ_LAUNCHER_SPARE_DELAY", 15)
+SPARE_WAIT = _number("MWJ_LAUNCHER_SPARE_WAIT", 30)
+TERMINATION_LOG = os.environ.get("MWJ_LAUNCHER_TERMINATION_LOG", "/dev/termination-log")
+CGROUP = os.environ.get("MWJ_LAUNCHER_CGROUP", "/sys/fs/cgroup")
+REPORT = "launcher.json"  # in the agent's STATE
+# The user's own command line, as the operator renders it (api/contract.py's names).
+COMMAND_ENV = "MWJ_LAUNCHER_COMMAND"  # a JSON list of words
+PRELOAD_ENV = "MWJ_LAUNCHER_PRELOAD"  # comma-separated
+HOOK_ENV = "MWJ_LAUNCHER_HOOK"  # the folder of the spares' sitecustomize (warm_hook.py)
+WARM_FDS = "MWJ_WARM_FDS"  # warm_hook.py's: "<status fd>,<command fd>"
+DEFAULT_PRELOAD = "tensorflow"
+POLL_SECONDS = 0.05  # agent.POLL_SECONDS
+BEAT_SECONDS = 0.5
+SPARE_FAILURES = 2  # in a row: spares off, later generations start cold
+MEMORY_MARGIN = 1.5  # free memory needed, in sizes of the last spare
+TAIL_BYTES = 4096  # of a trainer's output, for its exit record
+HELD_BYTES = 1 << 16  # of a spare's output before its go, shown after its header
+MESSAGE_LINES, MESSAGE_BYTES = 20, 2048
+DRAIN_SECONDS = 1.0  # for a trainer's last output after it exits
+PREFIX = "multiworker launcher: "
+
+
+# --- the launcher's children ----------------------------------------------------------------
+
+_stdout = threading.Lock()
+
+
+def emit(data: bytes) -> None:
+    """Write to our stdout whole (the trainers' bytes and our lines never interleave)."""
+    with _stdout:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(1, view):]
+        except OSError:
+            pass  # no one reads our stdout: nothing to tell
+
+
+def say(text: str) -> None:
+    emit(f"{PREFIX}{text}\n".encode())
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Output:
+    """A child's stdout and stderr (one pipe), copied to ours byte for byte once it is live;
+    a spare's is held until its go (after its header), and the last TAIL_BYTES are kept."""
+
+    def __init__(self, fd: int, live: bool) -> None:
+        self.live, self.held, self.tail = live, bytearray(), bytearray()
+        self._fd, self._lock = fd, threading.Lock()
+        self._thread = threading.Thread(target=self._copy, daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        while data := os.read(self._fd, 65536):
+            with self._lock:
+                self.tail += data
+                del self.tail[:-TAIL_BYTES]
+                if self.live:
+                    emit(data)
+                else:
+                    self.held += data
+                    del self.held[:-HELD_BYTES]
+        os.close(self._fd)
+
+    def go_live(self) -> None:
+        with self._lock:
+            emit(bytes(self.held))
+            self.held.clear()
+            self.live = True
+
+    def drain(self, timeout: float) -> None:
+        """Wait for the pipe's end (every writer gone), for at most `timeout` s."""
+        self._thread.join(timeout)
+
+    def last_lines(self) -> str:
+        with self._lock:
+            lines = self.tail.decode(errors="replace").splitlines()[-MESSAGE_LINES:]
+        return "\n".join(lines).encode()[-MESSAGE_BYTES:].decode(errors="ignore")
+
+
+@dataclass
+class Child:
+    """A process we started, in a session of its own: a spare (with its status and command
+    pipes) or a trainer started cold."""
+
+    popen: subprocess.Popen[bytes]
+    output: Output
+    status_fd: int | None = None
+    command_fd: int | None = None
+    ready_at: float | None = None  # monotonic
+    status: int | None = None  # waitpid's, once reaped
+    said: str = ""  # on its status pipe, other than "ready": why it failed (warm_hook.py)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def importing(self) -> bool:
+        return self.status_fd is not None and self.ready_at is None
+
+    def signal_group(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
+            os.killpg(self.pid, signum)
+
+    def exited(self, status: int) -> None:
+        self.status = status
+        self.popen.returncode = os.waitstatus_to_exitcode(status)  # Popen never waits now
+
+    def close_pipes(self) -> None:
+        for fd in (self.status_fd, self.command_fd):
+            if fd is not None:
+                os.close(fd)
+        self.status_fd = self.command_fd = None
+
+    def describe_failure(self) -> str:
+        """Why a spare ended: its exit, and the last line it wrote."""
+        code, signum = exit_code(self.status or 0)
+        what = f"killed by signal {signum}" if signum else f"exit {code}"
+        lines = [line for line in self.output.last_lines().splitlines() if line.strip()]
+        last = self.said or (lines[-1].strip() if lines else "")
+        return f"{what}: {last[:300]}" if last else what
+
+
+def exit_code(status: int) -> tuple[int, int | None]:
+    """The exit code as the kubelet reports it (128+N for signal N), and the signal."""
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status), os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status), None
+
+
+def start_child(argv: list[str], env: dict[str, str], live: bool,
+                keep: tuple[int, ...] = ()) -> Child:
+    """Start `argv` in a session of its own (its process group is the trainer's tree), with
+    stdout and stderr on one pipe to us, and the fds `keep` open."""
+    read_fd, write_fd = os.pipe()
+    try:
+        popen = subprocess.Popen(argv, env=env, stdout=write_fd, stderr=write_fd,
+                                 pass_fds=keep, start_new_session=True)
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    return Child(popen, Output(read_fd, live))
+
+
+def become_subreaper() -> None:
+    """Orphans of the trainer's tree come to us to be reaped, as to PID 1 in its container,
+    also where we are not PID 1 (a shared process namespace, a test)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (ImportError, OSError, AttributeError):
+        pass  # not Linux, or no ctypes in the image: PID 1 reaps them all the same
+
+
+def resident_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def termination_log() -> str:
+    try:
+        with open(TERMINATION_LOG, "rb") as f:
+            return f.read(4096).decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def clear_termination_log() -> None:
+    with contextlib.suppress(OSError):  # none outside Kubernetes
+        os.truncate(TERMINATION_LOG, 0)
+
+
+# --- the launcher ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Command:
+    """The user's command line, started cold as it is, or as a spare: with the warm hook
+    first on its PYTHONPATH."""
+
+    line: list[str]
+    preloads: list[str]
+    hook: str
+
+    def spare(self, status_fd: int, command_fd: int) -> tuple[list[str], dict[str, str]]:
+        """A spare's command line and environment, given the ends of its pipes."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        path = os.pathsep.join(filter(None, [self.hook, env.get("PYTHONPATH")]))
+        return self.line, {**env, "PYTHONPATH": path, WARM_FDS: f"{status_fd},{command_fd}",
+                           PRELOAD_ENV: ",".join(self.preloads)}
+
+
+def rendered_command() -> Command:
+    """The command as the operator renders it (render.py's _wrap_in_launcher)."""
+    line = json.loads(os.environ.get(COMMAND_ENV) or "null")
+    if not isinstance(line, list) or not line or not all(isinstance(w, str) for w in line):
+        raise SystemExit(f"{COMMAND_ENV} is not a JSON list of words: {line!r}")
+    hook = os.environ.get(HOOK_ENV) or os.path.join(os.path.dirname(__file__), "warm")
+    preloads = os.environ.get(PRELOAD_ENV, DEFAULT_PRELOAD)
+    return Command(line, [m for m in preloads.split(",") if m], hook)
+
+
+class Launcher:
+    """Runs the pod's trainers, one generation after another, warm where a spare is ready."""
+
+    def __init__(self, agent: Any, command: Command) -> None:
+        self.agent, self.command = agent, command
+        self.generation, self.rising_to = 0, 0
+        self.state, self.path, self.why = "held", "cold", ""
+        self.exit: dict[str, Any] | None = None
+        self.trainer: Child | None = None
+        self.spare: Child | None = None
+        self.children: dict[int, Child] = {}
+        self.spare_failures, self.spare_rss = 0, 0
+        self.spare_off, self.spare_why = False, ""
+        self.next_spare_at = self.stop_at = self.released_at = float("inf")
+        self.signalled: int | None = None
+        self.forwarded = False
+        self.version, self.beat_at = 0, 0.0
+        self.reported: dict[str, Any] = {}
+
+    def run(self) -> int:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, self.on_signal)
+        become_subreaper()
+        self.begin()
+        while True:
+            self.reap()
+            code = self.shut_down() if self.signalled is not None else self.step()
+            self.report()
+            if code is not None:
+                return code
+            time.sleep(POLL_SECONDS)
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signalled = signum
+
+    def begin(self) -> None:
+        """Start the generation the gate opened (or hold a newer one)."""
+        opened, current = self.agent.opened(), self.agent.generation()
+        self.generation = opened if opened is not None else current or 0
+        if current is not None and current > self.generation:
+            self.hold(current)
+            return
+        self.go(self.start_spare(), "the container's first trainer")
+
+    def step(self) -> int | None:
+        """One poll: the spare, the trainer's end, the pod's generation, the next spare."""
+        self.watch_spare()
+        if self.trainer is not None and self.trainer.importing:
+            self.check_ready(self.trainer)
+        if self.trainer is not None and self.trainer.status is not None:
+            code = self.trainer_ended(self.trainer)
+            if code is not None:
+                return code
+        current: int | None = self.agent.generation()
+        if current is not None and current > self.generation:
+            self.rise(current)
+        if self.state == "stopping" and time.monotonic() >= self.stop_at:
+            assert self.trainer is not None
+            say(f"the trainer outlived {STOP_SECONDS:g}s after SIGTERM: SIGKILL")
+            self.trainer.signal_group(signal.SIGKILL)
+            self.stop_at = float("inf")
+        if self.state == "held":
+            self.try_go()
+        self.maybe_start_spare()
+        return None
+
+    # -- processes
+
+    def reap(self) -> None:
+        """Reap every child that ended, ours and orphans alike (we are PID 1)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is not None:
+                child.exited(status)
+
+    def adopt(self, child: Child) -> Child:
+        self.children[child.pid] = child
+        return child
+
+    def start_spare(self) -> Child:
+        status_read, status_write = os.pipe()
+        command_read, command_write = os.pipe()
+        argv, env = self.command.spare(status_write, command_read)
+        try:
+            child = start_child(argv, env, live=False, keep=(status_write, command_read))
+        except BaseException:
+            os.close(status_read)
+            os.close(command_write)
+            raise
+        finally:
+            os.close(status_write)
+            os.close(command_read)
+        os.set_blocking(status_read, False)
+        child.status_fd, child.command_fd = status_read, command_write
+        return self.adopt(child)
+
+    def check_ready(self, child: Child) -> None:
+        """Whether a spare said "ready" yet; its size then is what the next one needs."""
+        if not child.importing:
+            return
+        assert child.status_fd is not None
+        try:
+            said = os.read(child.status_fd, 4096)
+        except BlockingIOError:
+            return
+        if not said.startswith(b"ready"):
+            child.said = child.said or said.decode(errors="replace").strip()  # why it fails
+        else:
+            child.ready_at = time.monotonic()
+            self.spare_rss = resident_bytes(child.pid) or self.spare_rss
+            self.spare_failures, self.spare_why = 0, ""
+
+    def watch_spare(self) -> None:
+        spare = self.spare
+        if spare is None:
+            return
+        self.check_ready(spare)
+        if spare.status is not None:  # ended before its go
+            self.spare = None
+            spare.close_pipes()
+            self.spare_failed(spare.describe_failure())
+
+    def spare_failed(self, reason: str) -> None:
+        self.spare_failures += 1
+        if self.spare_failures >= SPARE_FAILURES:
+            self.spare_off, self.spare_why = True, f"failed twice in a row: {reason}"
+            say(f"spare failed ({reason}); no more spares: later generations start cold")
+        else:
+            self.spare_why = f"failed: {reason}"
+            say(f"spare failed ({reason})")
+
+    def dismiss_spare(self) -> None:
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return
+        spare.signal_group(signal.SIGKILL)
+        if spare.status is None:
+            spare.exited(os.waitpid(spare.pid, 0)[1])
+            self.children.pop(spare.pid, None)
+        spare.close_pipes()
+
+    def maybe_start_spare(self) -> None:
+        """Start the next spare once it is due, there is room for it, and none is importing."""
+        if self.spare is not None or self.spare_failures >= SPARE_FAILURES or \
+                time.monotonic() < self.next_spare_at or \
+                (self.trainer is not None and self.trainer.importing):
+            return
+        short = self.memory_short()
+        if short:
+            if not self.spare_off:
+                say(f"no spare: {short}")
+            self.spare_off, self.spare_why = True, short
+            return
+        self.spare_off = False
+        self.spare = self.start_spare()
+
+    def memory_short(self) -> str:
+        """Why one more spare would not fit in the container's memory (cgroup v2), or ""."""
+        limit = self.agent._read(os.path.join(CGROUP, "memory.max"))  # "max": no limit
+        used = self.agent._read(os.path.join(CGROUP, "memory.current"))
+        if not self.spare_rss or limit is None or used is None:
+            return ""
+        free = limit - used
+        if free >= MEMORY_MARGIN * self.spare_rss:
+            return ""
+        return (f"memory too tight: {free >> 20} MiB free of the container's {limit >> 20} "
+                f"MiB, a spare takes {self.spare_rss >> 20} MiB (x{MEMORY_MARGIN:g})")
+
+    # -- generations
+
+    def go(self, spare: Child | None, why: str) -> None:
+        """Start the trainer of self.generation: in `spare` (warm where it is ready and no
+        `why` says otherwise), or cold."""
+        if why:
+            how = f"cold start ({why})"
+        else:
+            assert spare is not None and spare.ready_at is not None
+            how = f"warm start (spare ready for {time.monotonic() - spare.ready_at:.1f}s)"
+        clear_termination_log()
+        worker = os.environ.get("MWJ_WORKER_INDEX", "?")
+        emit(f"==== multiworker: generation {self.generation} of worker {worker}, {how} "
+             f"at {utc_now()} ====\n".encode())
+        env = {**os.environ, "MWJ_RESTART_COUNT": str(self.generation),
+               "PYTHONUNBUFFERED": "1"}
+        self.trainer = self.send_go(spare, env) if spare is not None else self.start_cold(env)
+        self.state, self.path, self.why, self.exit = "running", "cold" if why else "warm", \
+            why, None
+        self.next_spare_at = time.monotonic() + SPARE_DELAY
+
+    def send_go(self, spare: Child, env: dict[str, str]) -> Child:
+        """The go: one JSON line on the spare's command pipe, from a thread of its own (an
+        importing spare reads it only when ready, and a pipe holds 64 KiB)."""
+        go = {"env": env}
+        fd, spare.command_fd = spare.command_fd, None
+        assert fd is not None
+        spare.output.go_live()
+        threading.Thread(target=_send, args=(fd, json.dumps(go).encode() + b"\n"),
+                         daemon=True).start()
+        return spare
+
+    def start_cold(self, env: dict[str, str]) -> Child:
+        return self.adopt(start_child(self.command.line, env, live=True))
+
+    def trainer_ended(self, trainer: Child) -> int | None:
+        """The trainer's process ended: end its group, and go on as its exit says. An exit 0
+        ends the launcher (returned); a spare that failed before its first go is replaced by
+        a cold start."""
+        self.check_ready(trainer)
+        failed_spare = trainer.importing
+        self.trainer = None
+        trainer.signal_group(signal.SIGKILL)  # what is left of its tree, as a container's end
+        trainer.close_pipes()
+        trainer.output.drain(DRAIN_SECONDS)
+        if failed_spare and self.state == "running":
+            self.spare_failed(trainer.describe_failure())
+            self.go(None, f"spare {self.spare_why}")
+            return None
+        assert trainer.status is not None
+        if self.state == "stopping":
+            self.hold(self.rising_to)
+            return None
+        code, signum = exit_code(trainer.status)
+        self.state, self.exit = "exited", self.exit_record(code, signum, trainer)
+        self.next_spare_at = min(self.next_spare_at, time.monotonic())  # no trainer to slow
+        if code == 0:
+            self.dismiss_spare()
+            return 0
+        return None
+
+    @staticmethod
+    def exit_record(code: int, signum: int | None, trainer: Child) -> dict[str, Any]:
+        """The trainer's end as the kubelet would have reported its container's."""
+        return {"exitCode": code, "signal": signum, "reason": "Completed" if code == 0
+                else "Error", "message": termination_log() or trainer.output.last_lines(),
+                "finishedAt": utc_now()}
+
+    def rise(self, current: int) -> None:
+        """The pod's generation rose to `current`: stop the trainer, or hold."""
+        if self.trainer is None:
+            self.hold(current)
+        elif self.state == "stopping":
+            self.rising_to = max(self.rising_to, current)
+        else:
+            say(f"generation {self.generation} -> {current}: stopping the trainer")
+            self.state, self.rising_to = "stopping", current
+            self.stop_at = time.monotonic() + STOP_SECONDS
+            self.trainer.signal_group(signal.SIGTERM)
+
+    def hold(self, generation: int) -> None:
+        self.state, self.generation, self.exit = "held", generation, None
+        self.released_at = float("inf")
+        self.next_spare_at = min(self.next_spare_at, time.monotonic())  # no trainer to slow
+
+    def try_go(self) -> None:
+        """Go once the held generation is released and not yet opened (the gate's rule), in
+        the spare once it is ready (it is ahead of a cold start: up to SPARE_WAIT s)."""
+        current, released, opened = (self.agent.generation(), self.agent.released(),
+                                     self.agent.opened())
+        if current != self.generation or released != current or \
+                (opened is not None and opened >= current):
+            return
+        spare = self.spare
+        if spare is not None and spare.ready_at is None:
+            now = time.monotonic()
+            self.released_at = min(self.released_at, now)
+            if now - self.released_at < SPARE_WAIT:
+                return
+            self.dismiss_spare()
+            self.spare_failed(f"not ready {SPARE_WAIT:g}s after the release")
+            spare = None
+        self.open(current)
+        self.spare = None
+        self.go(spare, "" if spare is not None else self.cold_why())
+
+    def cold_why(self) -> str:
+        if self.spare_why:
+            return f"no spare: {self.spare_why}"
+        return f"no spare yet: one starts {SPARE_DELAY:g}s after a trainer"
+
+    def open(self, generation: int) -> None:
+        """Mark `generation` opened, as the gate does."""
+        self.agent.publish(generation)
+        opened_file = os.path.join(self.agent.STATE, "opened")
+        with open(opened_file + ".tmp", "w") as f:
+            f.write(str(generation))
+        os.replace(opened_file + ".tmp", opened_file)
+
+    # -- the end
+
+    def shut_down(self) -> int | None:
+        """We were told to stop: the trainer is, by SIGTERM; its exit code becomes ours."""
+        trainer = self.trainer
+        if not self.forwarded:
+            self.forwarded = True
+            assert self.signalled is not None
+            say(f"{signal.Signals(self.signalled).name}: stopping the trainer")
+            self.dismiss_spare()
+            self.state = "stopping"
+            if trainer is not None:
+                trainer.signal_group(signal.SIGTERM)
+        if trainer is None:
+            self.state = "exited"
+            return 128 + (self.signalled or 0)
+        if trainer.status is None:
+            return None
+        self.trainer = None
+        trainer.signal_group(signal.SIGKILL)
+        trainer.output.drain(DRAIN_SECONDS)
+        code, signum = exit_code(trainer.status)
+        self.state, self.exit = "exited", self.exit_record(code, signum, trainer)
+        return code
+
+    def kill_all(self) -> None:
+        """After an error of our own: nothing of ours may outlive us."""
+        for child in (self.trainer, self.spare):
+            if child is not None:
+                child.signal_group(signal.SIGKILL)
+
+    def spare_state(self) -> str:
+        if self.spare is not None:
+            return "ready" if self.spare.ready_at is not None else "starting"
+        return "off" if self.spare_off else "none"
+
+    def report(self) -> None:
+        """STATE/launcher.json: on every change (a new version), and as a heartbeat."""
+        now = time.monotonic()
+        news = {"generation": self.generation, "state": self.state, "path": self.path,
+                "why": self.why, "spare": self.spare_state(), "spareWhy": self.spare_why,
+                "exit": self.exit, "trainerPid": self.trainer.pid if self.trainer else None,
+                "sparePid": self.spare.pid if self.spare else None}
+        if news != self.reported:
+            self.version, self.reported = self.version + 1, news
+        elif now - self.beat_at < BEAT_SECONDS:
+            return
+        path = os.path.join(self.agent.STATE, REPORT)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"pid": os.getpid(), "version": self.version, "beat": time.time(),
+                       **news}, f)
+        os.replace(tmp, path)
+        self.beat_at = now
+
+
+def _send(fd: int, message: bytes) -> None:
+    try:
+        with os.fdopen(fd, "wb") as pipe:
+            pipe.write(message)
+    except OSError:
+        pass  # the spare died: its end tells
+
+
+def main() -> int:
+    command = rendered_command()
+    import agent  # beside this file (sys.path[0]); not in a spare, whose user may have one
+
+    launcher = Launcher(agent, command)
+    try:
+        return launcher.run()
+    except Exception:
+        traceback.print_exc()
+        launcher.kill_all()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,7 +12,7 @@ three paths (PATHS: mode InPlace with its warm standby, InPlace with warmStandby
 Recreate): applies examples/cpu-job.yaml (as
 `--workers` workers, 200 epochs so it outlasts the measurement, backoffSeconds 0 so the
 restart policy's wait is not counted), waits for its first checkpoint, SIGKILLs worker-1's
-trainer (t = 0, when `kubectl exec pkill` returned) and polls the API and every worker's
+trainer (t = 0, when `kubectl exec kill` returned; warm: once every pod's spare is ready) and polls the API and every worker's
 GET /progress every 50 ms:
 
 - seen: the operator moved the job to the next generation;
@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -68,6 +69,11 @@ POLL = 0.05
 GENERATION = "multiworker.dev/group-generation"
 RELEASED = "multiworker.dev/released-generation"
 LAUNCHER = "multiworker.dev/launcher"
+# SIGKILL worker-1's trainer: the one its launcher runs (not the spare, whose command line is the
+# same), or, without a launcher, the process running the script.
+KILL_TRAINER = ("r=/run/multiworker/launcher.json; if [ -f $r ]; then kill -KILL \"$(python3 -c "
+                "\"import json; print(json.load(open('$r'))['trainerPid'])\")\"; "
+                "else pkill -KILL -f digits.py; fi")
 # The three ways a group restarts, as spec.restartPolicy says them.
 PATHS = {"warm": {"mode": "InPlace"}, "cold": {"mode": "InPlace", "warmStandby": False},
          "recreate": {"mode": "Recreate"}}
@@ -173,11 +179,16 @@ def one_kill(cluster: Cluster, namespace: str, workers: int, mode: str,
         if time.monotonic() > deadline:
             raise TimeoutError(f"{name}: no checkpoint in {timeout}s")
         time.sleep(0.5)
+    if mode == "warm":  # a spare starts 15 s after its trainer: the restart is warm once ready
+        while len(spares_of(cluster, namespace, name, workers)) < workers:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name}: no spares in {timeout}s")
+            time.sleep(0.5)
     found = pods(cluster, namespace, name)
     before = {p["metadata"]["uid"] for p in found}
     nodes = len({p["spec"].get("nodeName") for p in found})
     cluster.kubectl("-n", namespace, "exec", f"{name}-worker-1", "-c", "tensorflow", "--",
-                    "pkill", "-KILL", "-f", "digits.py")
+                    "sh", "-c", KILL_TRAINER)
     t0, wall, times = time.monotonic(), time.time(), {}
     deadline = t0 + timeout
     while "step" not in times:
@@ -211,6 +222,61 @@ def one_kill(cluster: Cluster, namespace: str, workers: int, mode: str,
     cluster.kubectl("-n", namespace, "delete", "mwj", name, "--wait=true", "--timeout=120s",
                     check=False)
     return Kill(mode, times, after == before, nodes)
+
+
+def spares_of(cluster: Cluster, namespace: str, job: str, workers: int) -> list[int]:
+    """The host pids of the job's ready spares (local cluster: its containers share this
+    kernel), as each pod's launcher names them (launcher.json, pids of the container's
+    namespace: NSpid's last)."""
+    found = []
+    for index in range(workers):
+        pod = f"{job}-worker-{index}"
+        raw = cluster.kubectl("-n", namespace, "exec", pod, "-c", "tensorflow", "--", "cat",
+                              "/run/multiworker/launcher.json", check=False)
+        report = json.loads(raw) if raw.strip().startswith("{") else {}
+        if report.get("spare") != "ready":
+            continue
+        for pid in (p for p in Path("/proc").iterdir() if p.name.isdigit()):
+            try:
+                environ = (pid / "environ").read_bytes().split(b"\0")
+                ns_pids = next(line for line in (pid / "status").read_text().splitlines()
+                               if line.startswith("NSpid:")).split()[1:]
+            except (OSError, StopIteration):
+                continue
+            if f"HOSTNAME={pod}".encode() in environ and ns_pids[-1] == str(report["sparePid"]):
+                found.append(int(pid.name))
+    return found
+
+
+def spare_cost(cluster: Cluster, namespace: str, workers: int, timeout: float,
+               seconds: float = 30) -> None:
+    """What a waiting spare costs: its resident memory, its CPU over `seconds` while the
+    group trains, and whether it has touched a GPU (a CUDA library mapped, /dev/nvidia* open)."""
+    name = f"s{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("-n", namespace, "apply", "-f", "-",
+                    stdin=json.dumps(job_manifest(name, workers, "warm")))
+    deadline = time.monotonic() + timeout
+    while len(spares := spares_of(cluster, namespace, name, workers)) < workers:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name}: {len(spares)} of {workers} spares after {timeout}s")
+        time.sleep(1)
+
+    def ticks(pid: int) -> int:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
+    before = {pid: ticks(pid) for pid in spares}
+    time.sleep(seconds)
+    cpu = [(ticks(pid) - before[pid]) / os.sysconf("SC_CLK_TCK") / seconds for pid in spares]
+    rss = [int(next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text()
+                    .splitlines() if line.startswith("VmRSS:"))) / 1024 for pid in spares]
+    gpu = [pid for pid in spares if "libcuda" in Path(f"/proc/{pid}/maps").read_text() or any(
+        os.readlink(fd).startswith("/dev/nvidia") for fd in Path(f"/proc/{pid}/fd").iterdir())]
+    cluster.kubectl("-n", namespace, "delete", "mwj", name, "--wait=false", check=False)
+    print(f"\nwaiting spare, {len(spares)} pods: resident memory median "
+          f"{statistics.median(rss):.0f} MiB (max {max(rss):.0f}); CPU while the group trains "
+          f"median {100 * statistics.median(cpu):.2f}% of a core over {seconds:g}s; "
+          f"touched a GPU (libcuda mapped or /dev/nvidia* open): {len(gpu)} of {len(spares)}")
 
 
 def startup(cluster: Cluster, namespace: str, job: str, offset: float,
@@ -261,6 +327,8 @@ def main() -> None:
                                  for p in (*(p for p, _ in STARTUP), "restore"))
                 print(f"{kill.mode:9} {row}  same pods: {kill.uids_kept}  nodes: {kill.nodes}"
                       f"  ({parts})", flush=True)
+            if args.cluster == "local":
+                spare_cost(cluster, namespace, args.workers, args.timeout)
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         cluster.kubectl("delete", "pv", f"bench-{namespace}"[:63], "--wait=false", check=False)

@@ -120,6 +120,30 @@ def test_a_killed_trainer_restarts_the_group_in_its_own_pods(
             re.search(r"generation 1 of worker \d, warm start", log), log[-3000:]
 
 
+def test_a_launcher_that_dies_leaves_the_restart_to_the_kubelet(
+    jobs: Jobs, checkpoint_claim: str, record_property: Any
+) -> None:
+    """The warm launcher of worker-1 is killed (as by the OOM killer): its container ends, the
+    pod's restart rule restarts all of its containers, and that trainer starts cold; the
+    group restarts in place as ever, the other worker from its spare."""
+    jobs.apply(tf_job("orphaned", restartPolicy=IN_PLACE))
+    wait_checkpointed(jobs, "orphaned")
+    before = uids(jobs, "orphaned")
+    for pod in before:
+        wait_spare_ready(jobs, pod)
+    pid = launcher_report(jobs, "orphaned-worker-1")["pid"]
+    jobs.kubectl("exec", "orphaned-worker-1", "-c", "tensorflow", "--", "kill", "-KILL",
+                 str(pid))
+    status = assert_resumed_and_succeeded(jobs, "orphaned")
+    assert (status["restarts"], status["lastFailure"]["worker"]) == (1, 1), status
+    assert_same_pods(jobs, "orphaned", before, status, record_property)
+    logs = {i: jobs.kubectl("logs", f"orphaned-worker-{i}", "-c", "tensorflow").stdout
+            for i in (0, 1)}
+    assert "generation 1 of worker 0, warm start" in logs[0], logs[0][-3000:]
+    assert "generation 1 of worker 1, cold start (the container's first trainer)" in logs[1], \
+        logs[1][-3000:]
+
+
 def test_recreate_mode_replaces_the_pods(jobs: Jobs, checkpoint_claim: str) -> None:
     jobs.apply(tf_job("recreate"))  # the default mode
     wait_checkpointed(jobs, "recreate")
@@ -137,7 +161,8 @@ def test_a_plain_tf_config_script_resumes_in_place(
     container = manifest["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == WORKER_IMAGE
     container["args"] = ["python3", "-c", PLAIN_SCRIPT]
-    container["env"] = [{"name": "BACKUP_ROOT", "value": "$(MWJ_CHECKPOINT_DIR)"}]
+    container["env"] = [{"name": "BACKUP_ROOT", "value": "$(MWJ_CHECKPOINT_DIR)"},
+                        {"name": "MWJ_LAUNCHER_SPARE_DELAY", "value": "1"}]
     jobs.apply(manifest)
     jobs.wait("plain", "step 40 saved", lambda s: s if "step 40" in jobs.kubectl(
         "logs", "plain-worker-0", "-c", "tensorflow", check=False).stdout else None,
@@ -149,8 +174,8 @@ def test_a_plain_tf_config_script_resumes_in_place(
     assert status["restarts"] == 1, status
     assert_same_pods(jobs, "plain", before, status, record_property)
     log = jobs.kubectl("logs", "plain-worker-0", "-c", "tensorflow").stdout
-    resumed = re.search(r"start at step (\d+)", log)
-    assert resumed and int(resumed[1]) >= 40 and "done" in log, log
+    starts = re.findall(r"start at step (\d+)", log)  # each generation's, in order
+    assert len(starts) == 2 and int(starts[-1]) >= 40 and "done" in log, log
     # Every generation's output in order, under its header; the second from the spare.
     headers = re.findall(r"==== multiworker: generation (\d+) of worker 0, (\w+) start", log)
     assert headers == [("0", "cold"), ("1", "warm")], log

@@ -80,6 +80,7 @@ def operator_images(release: Release) -> set[str]:
     return set(pods.split())
 
 
+@pytest.mark.usefixtures("images")  # the jobs run the base image: alone, nothing else loads it
 def test_an_upgrade_restarts_nothing_and_the_new_operator_recovers_both_kinds_of_job(
     cluster: Cluster, release: Release, jobs: Jobs, previous_chart: Path, previous_image: str,
     tmp_path: Path,

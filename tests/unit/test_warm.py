@@ -43,6 +43,8 @@ from tests.unit.test_agent import (
     still_running,
     write,
 )
+from tests.unit.test_in_place import on_kubelet
+from tests.unit.test_reconcile import make, step
 
 Manifest = dict[str, Any]
 
@@ -135,11 +137,13 @@ def test_without_a_warm_standby_the_trainer_runs_its_own_command(restart: Manife
     assert contract.MWJ_LAUNCHER_COMMAND not in {e["name"] for e in trainer["env"]}
 
 
-def test_switching_the_standby_changes_what_pods_are_rendered_from() -> None:
+def test_switching_the_standby_leaves_the_pods_restartable_in_place() -> None:
+    """Takes effect for pods created after: a pod restarts in place with or without the
+    launcher (pods of an operator from before launchers, too)."""
     on = make_job(restartPolicy=IN_PLACE)
     off = make_job(restartPolicy={**IN_PLACE, "warmStandby": False})
     more = make_job(restartPolicy={**IN_PLACE, "warmModules": ["tensorflow", "numpy"]})
-    assert len({pod_digest(on, None), pod_digest(off, None), pod_digest(more, None)}) == 3
+    assert len({pod_digest(on, None), pod_digest(off, None), pod_digest(more, None)}) == 1
 
 
 # --- what a launcher's report on its pod makes of the worker (observe.py) ---
@@ -173,6 +177,9 @@ EXIT = {"exitCode": 137, "signal": 9, "reason": "Error", "message": "Killed",
     # The launcher's trainer exited; its container runs on, so the kubelet says nothing.
     (_warm_pod(1, 1, {"generation": 1, "state": "exited", "exit": EXIT}),
      WorkerPhase.FAILED, "Error", 137),
+    # Done: the launcher ends its container with 0, which the kubelet then reports.
+    (_warm_pod(1, 1, {"generation": 1, "state": "exited", "exit": {**EXIT, "exitCode": 0}}),
+     WorkerPhase.RUNNING, "", None),
     # A report of another generation says nothing of this one.
     (_warm_pod(2, 2, {"generation": 1, "state": "exited", "exit": EXIT}),
      WorkerPhase.RUNNING, "", None),
@@ -365,3 +372,23 @@ def test_a_spare_s_hook_runs_the_users_command_line_once_told_to(tmp_path: Path)
     finally:
         spare.kill()
         os.close(status_r)
+
+
+# --- what the group's creation says of it (creation.py) ---
+
+@pytest.mark.parametrize(("restart", "container", "said"), [
+    (IN_PLACE, {"command": ["sh", "-c", "python3 train.py"]},
+     ("in-place restarts start the trainer cold: its command runs 'sh', not a Python "
+     "interpreter")),
+    (IN_PLACE, {"args": ["python3", "train.py"]}, None),
+    ({**IN_PLACE, "warmStandby": False}, {"command": ["sh"]}, None),  # asked for nothing
+])
+def test_a_group_whose_trainers_restart_cold_says_why(restart: Manifest, container: Manifest,
+                                                      said: str | None) -> None:
+    cluster = on_kubelet(make(restartPolicy=restart, template=_template(**container)))
+    step(cluster)
+    warned = [m for _, reason, m in cluster.events if reason == "WarmStandbyOff"]
+    assert warned == ([said] if said else [])
+    wrapped = [names.ANNOTATION_WARM_AGENT_PORT in p["metadata"]["annotations"]
+               for p in cluster.pods.values()]
+    assert wrapped == [said is None and restart.get("warmStandby", True)] * len(wrapped)

@@ -138,7 +138,8 @@ class RestartPolicy(Model):
     warmModules, and the next generation's trainer runs in it (a launcher is then PID 1 of the
     training container's command): an in-place restart skips TensorFlow's import. Taken where
     the training container's command runs a Python script, module or -c code; otherwise, or
-    when false, the kubelet restarts the trainer cold, as in Recreate."""
+    when false, the kubelet restarts the trainer cold (an Event WarmStandbyOff says why).
+    Takes effect for pods created after it is set."""
     warm_modules: list[Annotated[str, Field(min_length=1, max_length=253, pattern=_MODULE)]] = \
         Field(default_factory=lambda: ["tensorflow"], max_length=16)
     """InPlace only: what the spare interpreter imports before it is needed (it must not touch

@@ -387,8 +387,10 @@ def _in_place(pod: Pod, index: int, trainer: Mapping[str, Any] | None) -> Worker
         return WorkerState(index, WorkerPhase.STARTING, name, since=since,
                            reason=STOPPING_OLD_TRAINER,
                            message=f"restarting in place for generation {generation}")
-    if report.get("state") == "exited" and isinstance(report.get("exit"), dict):
-        return _exited(index, name, report["exit"], "")  # the warm launcher's trainer
+    ended = report.get("exit") if report.get("state") == "exited" else None
+    if isinstance(ended, dict) and ended.get("exitCode") != 0:
+        # The warm launcher's trainer failed; one that succeeded ends its container with 0.
+        return _exited(index, name, ended, "")
     baseline = _int(annotations.get(names.ANNOTATION_TRAINER_RESTARTS)) or 0
     restarts = int((trainer or {}).get("restartCount") or 0)
     if gate_running and not trainer_running and restarts > baseline:

@@ -72,14 +72,15 @@ def in_place(job: Job) -> bool:
 def pod_digest(job: Job, image: str | None) -> str:
     """What a worker pod is rendered from, but its index and generation: a pod whose digest
     differs from the job's now (its template, image, ports or volume were edited since) is
-    recreated, never restarted in place."""
+    recreated, never restarted in place. The warm standby is not part of it: a pod restarts
+    in place with or without a launcher, and one created before an operator had launchers is
+    no less this job's pod."""
     spec = job.spec
     checkpoint = spec.checkpoint.model_dump(mode="json") if spec.checkpoint else None
     rendered = [spec.template.as_dict(), image, spec.workers, spec.port,
                 spec.health.progress_port, spec.health.peer_timeout_seconds,
                 spec.health.collective_timeout_seconds, checkpoint,
-                spec.restart_policy.agent_port, spec.restart_policy.warm_standby,
-                spec.restart_policy.warm_modules]
+                spec.restart_policy.agent_port]
     text = json.dumps(rendered, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -73,7 +73,7 @@ LAUNCHER = "multiworker.dev/launcher"
 # same), or, without a launcher, the process running the script.
 KILL_TRAINER = ("r=/run/multiworker/launcher.json; if [ -f $r ]; then kill -KILL \"$(python3 -c "
                 "\"import json; print(json.load(open('$r'))['trainerPid'])\")\"; "
-                "else pkill -KILL -f digits.py; fi")
+                "else pkill -KILL -f 'digit[s].py'; fi")  # not this sh's own command line
 # The three ways a group restarts, as spec.restartPolicy says them.
 PATHS = {"warm": {"mode": "InPlace"}, "cold": {"mode": "InPlace", "warmStandby": False},
          "recreate": {"mode": "Recreate"}}
@@ -289,8 +289,9 @@ def startup(cluster: Cluster, namespace: str, job: str, offset: float,
         stamp, _, text = line.partition(" ")
         for part, marker in STARTUP:
             if marker in text and part not in ends:
-                at = datetime.datetime.fromisoformat(stamp)
-                ends[part] = at.timestamp() - offset
+                at = datetime.datetime.fromisoformat(stamp).timestamp() - offset
+                if at > 0:  # the new generation's (warm: one log holds every generation's)
+                    ends[part] = at
     for part, _ in STARTUP:
         if part in ends:
             parts[part] = ends[part] - start

@@ -113,7 +113,9 @@ def test_an_operator_shipping_another_agent_gives_new_groups_a_new_config_map(
 
     before = references(make_job(**agent))
     assert len(before) == 1  # the env, the agent's volume and the ConfigMap agree
-    monkeypatch.setattr(render, "agent_script", lambda: "print('another agent')\n")
+    shipped = render.shipped_scripts()
+    monkeypatch.setattr(render, "shipped_scripts",
+                        lambda: {**shipped, "agent.py": "print('another agent')\n"})
     after = references(make_job(**agent))
     assert len(after) == 1 and after != before
     assert render_cluster_config(job, owner_reference(job))["data"]["agent.py"] == \

@@ -6,6 +6,7 @@ leaving a new generation to a launcher that beats)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -290,30 +292,40 @@ def test_the_operator_follows_a_launcher_and_hears_each_change_once(tmp_path: Pa
         watch.kill()
 
 
+@contextlib.contextmanager
+def beating_launcher(tmp_path: Path, generation: int, state: str) -> Iterator[threading.Event]:
+    """A launcher's report rewritten every 0.2 s (its heartbeat) until the event is set."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.is_set():
+            _report(tmp_path, version=5, generation=generation, state=state)
+            time.sleep(0.2)
+
+    beating = threading.Thread(target=beat)
+    beating.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        beating.join()
+
+
 def test_the_sidecar_leaves_a_new_generation_to_a_beating_launcher(tmp_path: Path) -> None:
     write(tmp_path, generation=0, released=0)
     watch = start(tmp_path, "watch")
     first_poll_done(tmp_path, watch)
-    stop = threading.Event()
-
-    def beat() -> None:  # the launcher: stopped its trainer, holding generation 1
-        while not stop.is_set():
-            _report(tmp_path, version=5, generation=1, state="held")
-            time.sleep(0.2)
-
-    beating = threading.Thread(target=beat)
+    write(tmp_path, opened=0)  # the gate let generation 0's trainer start
     try:
-        write(tmp_path, opened=0)
-        beating.start()
-        write(tmp_path, generation=1)
-        assert still_running(watch, 1.0)
-        write(tmp_path, released=1, opened=1)  # the launcher's go, as the gate's
-        write(tmp_path, generation=2)  # and it falls silent: the sidecar takes over
-        stop.set()
-        beating.join()
+        # The launcher stopped its trainer and holds generation 1.
+        with beating_launcher(tmp_path, 1, "held") as silent:
+            write(tmp_path, generation=1)
+            assert still_running(watch, 1.0)
+            write(tmp_path, released=1, opened=1)  # the launcher's go, as the gate's
+            write(tmp_path, generation=2)
+            silent.set()  # and it falls silent: the sidecar takes over
         assert watch.wait(10) == 86
     finally:
-        stop.set()
         watch.kill()
 
 
@@ -322,24 +334,14 @@ def test_the_sidecar_takes_over_from_a_launcher_that_does_not_stop_its_trainer(
     write(tmp_path, generation=0, released=0)
     watch = start(tmp_path, "watch")
     first_poll_done(tmp_path, watch)
-    stop = threading.Event()
-
-    def beat() -> None:  # beats, but its generation-0 trainer never stops
-        while not stop.is_set():
-            _report(tmp_path, version=5, generation=0, state="stopping")
-            time.sleep(0.2)
-
-    beating = threading.Thread(target=beat)
+    write(tmp_path, opened=0)  # the gate let generation 0's trainer start
     try:
-        write(tmp_path, opened=0)
-        beating.start()
-        write(tmp_path, generation=1)
-        began = time.monotonic()
-        assert watch.wait(15) == 86
-        assert time.monotonic() - began >= 7  # LAUNCHER_STOP_SECONDS
+        with beating_launcher(tmp_path, 0, "stopping"):  # its trainer never stops
+            write(tmp_path, generation=1)
+            began = time.monotonic()
+            assert watch.wait(15) == 86
+            assert time.monotonic() - began >= 7  # LAUNCHER_STOP_SECONDS
     finally:
-        stop.set()
-        beating.join()
         watch.kill()
 
 

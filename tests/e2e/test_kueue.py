@@ -149,8 +149,10 @@ def test_a_job_waits_for_quota_with_kueues_reason_and_starts_when_the_first_fini
     jobs.apply(job("first", epochs=6, step_sleep=0.3))
     jobs.wait_running("first", timeout=180)
     jobs.apply(job("second", epochs=1))
+    # Kueue's reason, not the operator's words while Kueue has given none yet ("waiting for
+    # Kueue to reserve quota").
     waiting = jobs.wait("second", "Queued with Kueue's reason",
-                        lambda s: c if (c := queued_reason(s)) and "quota" in c["message"]
+                        lambda s: c if (c := queued_reason(s)) and "insufficient" in c["message"]
                         else None, timeout=60)
     record_property("figure: a queued job's condition", waiting["message"])
     assert f"LocalQueue {QUEUE} (ClusterQueue {queue})" in waiting["message"], waiting

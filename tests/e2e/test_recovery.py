@@ -111,13 +111,20 @@ def test_deleted_pod_is_a_disruption_that_spends_no_budget(
     assert "recreating the group's pods: worker-0's pod" in restarts[0], restarts
 
 
+# The failure rules hold the same whether the group is recreated (the default) or restarted in
+# its own pods, where a warm launcher runs the trainers and reports their exits itself.
+MODES = pytest.mark.parametrize("mode", ["Recreate", "InPlace"], ids=["recreate", "in-place"])
+
+
+@MODES
 def test_stopped_worker_is_a_hang_that_is_detected_and_recovered(
-    jobs: Jobs, checkpoint_claim: str
+    jobs: Jobs, checkpoint_claim: str, mode: str
 ) -> None:
     # TensorFlow's own collective timeout is long here, so the operator's progress watch,
     # not a worker exiting, is what must notice the stall.
     jobs.apply(tf_job("hang", health={"progressTimeoutSeconds": 20,
-                                      "collectiveTimeoutSeconds": 600}))
+                                      "collectiveTimeoutSeconds": 600},
+                      restartPolicy={"backoffSeconds": 1, "mode": mode}))
     wait_checkpointed(jobs, "hang")
     signal_worker(jobs, "hang", 1, "SIGSTOP")
     stalled = jobs.wait("hang", "the hang to be declared",
@@ -128,14 +135,18 @@ def test_stopped_worker_is_a_hang_that_is_detected_and_recovered(
     assert messages and "worker-1" in messages[0], jobs.events("hang")
     status = assert_resumed_and_succeeded(jobs, "hang")
     assert status["restarts"] == 1
-    assert status["restartPath"] == "Recreate", status  # the default mode
+    # In place: the launcher SIGKILLs the stopped trainer 5 s after its SIGTERM, within the
+    # 10 s the operator gives the old trainers.
+    assert status["restartPath"] == ("Recreate" if mode == "Recreate" else "InPlace"), status
 
 
-def test_fail_fast_exit_code_fails_the_job_at_once(jobs: Jobs, checkpoint_claim: str) -> None:
+@MODES
+def test_fail_fast_exit_code_fails_the_job_at_once(jobs: Jobs, checkpoint_claim: str,
+                                                   mode: str) -> None:
     jobs.apply(tf_job(
         "failfast",
         env={"TRAIN_FAIL_AT_EPOCH": "2", "TRAIN_FAIL_EXIT_CODE": "42", "TRAIN_FAIL_WORKER": "1"},
-        restartPolicy={"backoffSeconds": 1,
+        restartPolicy={"backoffSeconds": 1, "mode": mode,
                        "onExitCodes": [{"action": "FailJob", "values": [42]}]},
     ))
     status = jobs.wait_phase("failfast", "Failed", timeout=240)

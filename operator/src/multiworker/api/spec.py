@@ -135,13 +135,13 @@ class RestartPolicy(Model):
     storage) and exit as soon as they have. Other jobs' broken groups get 3 s."""
     warm_standby: bool = True
     """InPlace only: each pod keeps a spare Python interpreter that has already imported
-    warmModules, and the next generation's trainer runs in it (a launcher is then PID 1 of the
-    training container's command): an in-place restart skips TensorFlow's import. Taken where
+    warmModules, and the next generation's trainer runs in it (the training container's command
+    then runs under a launcher): an in-place restart skips TensorFlow's import. Taken where
     the training container's command runs a Python script, module or -c code; otherwise, or
     when false, the kubelet restarts the trainer cold (an Event WarmStandbyOff says why).
     Takes effect for pods created after it is set."""
     warm_modules: list[Annotated[str, Field(min_length=1, max_length=253, pattern=_MODULE)]] = \
-        Field(default_factory=lambda: ["tensorflow"], max_length=16)
+        Field(default=["tensorflow"], max_length=16)  # copied per model: pydantic's rule
     """InPlace only: what the spare interpreter imports before it is needed (it must not touch
     a GPU on import: TensorFlow does not)."""
     agent_port: int = Field(default=contract.DEFAULT_AGENT_PORT, ge=1, le=65535)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from multiworker.decide.inplace import STOP_BOUND
 
 from tests.e2e.test_recovery import (
     WORKER_IMAGE,
@@ -221,7 +222,7 @@ def test_an_old_trainer_that_never_stops_makes_the_group_recreated(
     jobs: Jobs, checkpoint_claim: str
 ) -> None:
     """worker-1 hangs (SIGSTOP) and so does its agent: its old trainer never stops, so the
-    in-place restart is abandoned after 10 s and the group recreated, counting one restart."""
+    in-place restart is abandoned after inplace.STOP_BOUND and the group recreated, counting one restart."""
     jobs.apply(tf_job("stuck", restartPolicy=IN_PLACE,
                       health={"progressTimeoutSeconds": 20, "collectiveTimeoutSeconds": 600}))
     wait_checkpointed(jobs, "stuck")
@@ -232,5 +233,6 @@ def test_an_old_trainer_that_never_stops_makes_the_group_recreated(
     assert (status["restarts"], status["groupGeneration"], status["restartPath"]) == \
         (1, 2, "Recreate"), status
     abandoned = [m for _, reason, m in jobs.events("stuck") if reason == "InPlaceRestartAbandoned"]
-    assert abandoned and "worker-1 had not stopped 10s after the restart began" in abandoned[0]
+    assert abandoned and (f"worker-1 had not stopped {STOP_BOUND.total_seconds():g}s after the "
+                          "restart began") in abandoned[0], abandoned
     assert not set(uids(jobs, "stuck").values()) & set(before.values())

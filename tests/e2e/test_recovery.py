@@ -22,10 +22,14 @@ SIGNAL_TRAINER = """
 import json, os, signal, sys
 me = os.getpid()
 try:
-    spare = json.load(open("/run/multiworker/launcher.json")).get("sparePid")
+    trainer = json.load(open("/run/multiworker/launcher.json")).get("trainerPid")
 except (OSError, ValueError):
-    spare = None
-for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (me, spare)):
+    trainer = None
+if trainer:  # a warm launcher's: its spare runs the same command line, and may start meanwhile
+    os.kill(trainer, getattr(signal, sys.argv[1]))
+    print("signalled", trainer)
+    sys.exit()
+for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) != me):
     try:
         cmd = open(f"/proc/{pid}/cmdline", "rb").read()
     except OSError:
@@ -136,7 +140,7 @@ def test_stopped_worker_is_a_hang_that_is_detected_and_recovered(
     status = assert_resumed_and_succeeded(jobs, "hang")
     assert status["restarts"] == 1
     # In place: the launcher SIGKILLs the stopped trainer 5 s after its SIGTERM, within the
-    # 10 s the operator gives the old trainers.
+    # 15 s the operator gives the old trainers (inplace.STOP_BOUND).
     assert status["restartPath"] == ("Recreate" if mode == "Recreate" else "InPlace"), status
 
 

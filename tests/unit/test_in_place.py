@@ -244,9 +244,26 @@ def test_an_old_trainer_that_does_not_stop_in_time_makes_the_group_recreated() -
         (2, 1, "Recreate")
     reason, message = cluster.events[-1][1:]
     assert reason == "InPlaceRestartAbandoned"
-    assert "worker-2 had not stopped 10s after the restart began" in message
+    assert f"worker-2 had not stopped {STOP_BOUND.total_seconds():g}s after the restart began" \
+        in message
     step(cluster)
     assert all("deletionTimestamp" in p["metadata"] for p in cluster.pods.values())
+
+
+def test_a_pod_not_holding_yet_is_told_of_the_rise_again_every_few_seconds() -> None:
+    """A note lost to a busy agent must not leave the pod to the kubelet's late downwardAPI
+    refresh, past the stop bound: the pods not holding yet are told again, the others not."""
+    cluster = running(restartPolicy={"backoffSeconds": 0})
+    uids = {i: pod_of(cluster, i)["metadata"]["uid"] for i in range(3)}
+    held(cluster, 1)
+    step(cluster)
+    assert len(step(cluster).agent_notes) == 3  # the relabel tells every pod
+    held(cluster, 0)
+    first = step(cluster)  # 2 s after the rise: too early to tell again
+    assert first.agent_notes == () and first.requeue is not None and first.requeue <= 1
+    again = step(cluster)  # 3 s
+    assert [(n.uid, n.generation, n.released) for n in again.agent_notes] == [(uids[2], 1, None)]
+    assert cluster.status["restartPath"] == "InPlace"
 
 
 def test_a_pod_deleted_while_the_group_stops_makes_the_group_recreated() -> None:

@@ -37,7 +37,7 @@ from multiworker.decide.gpus import (
     held_gpus,
 )
 from multiworker.decide.hang import find_stall
-from multiworker.decide.inplace import STOP_BOUND, stop_deadline
+from multiworker.decide.inplace import RETELL_EVERY, STOP_BOUND, retell_at, stop_deadline
 from multiworker.decide.nodes import (
     HEARTBEAT_STALE,
     NodeTrouble,
@@ -263,7 +263,8 @@ def release_in_place(p: Pass) -> Flow:
         abandon_in_place(p, why)
         return Flow.DONE
     if len(held) < len(workers):
-        p.wake_at(deadline)
+        _retell(p, [w for w in workers if w.reason != WAITING_FOR_RELEASE], generation)
+        p.wake_at(min(deadline, retell_at(s.in_place_since, p.now)))
         return Flow.CONTINUE
     if s.restart_after is not None and p.now < s.restart_after:
         p.wake_at(s.restart_after)
@@ -279,6 +280,16 @@ def release_in_place(p: Pass) -> Flow:
         return Flow.DONE
     _released(p, workers, generation)
     return Flow.CONTINUE
+
+
+def _retell(p: Pass, late: Sequence[WorkerState], generation: int) -> None:
+    """Tell the pods not holding yet of the rise again once RETELL_EVERY has passed since
+    it began: a note lost to a busy agent would otherwise leave them to the downwardAPI."""
+    assert p.status.in_place_since is not None
+    if p.now - p.status.in_place_since < RETELL_EVERY:
+        return
+    port = p.job.spec.restart_policy.agent_port
+    p.agent_notes += [AgentNote(w.ip, port, w.uid, generation) for w in late if w.ip]
 
 
 def _released(p: Pass, workers: Sequence[WorkerState], generation: int) -> None:

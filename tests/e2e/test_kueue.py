@@ -198,15 +198,16 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_sigte
     polled = before["progress"]["step"]
     jobs.apply(job("high", epochs=2, priority="mw-high"))
     # The operator killed as the preemption begins: a restarted one finishes it.
-    jobs.wait("low", "evicted", lambda s: s if s.get("phase") == "Queued" else None, timeout=60)
+    # (Timeouts for a loaded CI machine: the figure is recorded, not asserted.)
+    jobs.wait("low", "evicted", lambda s: s if s.get("phase") == "Queued" else None, timeout=120)
     kueue_operator.kill()
     kueue_operator.start()
     evicted_at = time.monotonic()
-    wait_for(lambda: not jobs.pods("low"), 60, describe=lambda: jobs.describe("low"))
+    wait_for(lambda: not jobs.pods("low"), 120, describe=lambda: jobs.describe("low"))
     (low_workload,) = [w for w in workloads(cluster, namespace)
                        if w["metadata"]["ownerReferences"][0]["name"] == "low"]
     assert condition(low_workload, "Evicted").get("reason") == "Preempted", low_workload
-    jobs.wait_running("high", timeout=120)
+    jobs.wait_running("high", timeout=240)
     record_property("figure: preemption to the high job Running (s)",
                     round(time.monotonic() - evicted_at, 1))
     reasons = [reason for _, reason, _ in jobs.events("low")]

@@ -557,24 +557,28 @@ def test_a_node_whose_lease_went_silent_is_lost_after_node_lost_seconds(
             "12:00:30 (no renewal seen for 20s; its kubelet renews every 10s)"), action.message
 
 
-@pytest.mark.parametrize(("answering", "polled", "restarts"), [
-    (True, 35, False),  # answered a poll made after the last renewal: the node is up
-    (True, 25, True),   # its last answer came before the silence began: no evidence
-    (False, 35, True),  # asked and silent: corroborated
+@pytest.mark.parametrize(("answering", "polled", "missed", "restarts"), [
+    (True, 35, None, False),  # answered a poll made after the last renewal: the node is up
+    (True, 25, None, True),   # its last answer came before the silence began: no evidence
+    (False, 35, (2, 33), True),   # asked twice and silent: corroborated
+    (False, 35, (1, 35), False),  # one slow answer, from a busy node: asked again first
+    (False, 35, (1, 28), True),   # silent before the Lease was: no evidence the node is up
 ])
 def test_a_silent_lease_is_not_a_lost_node_while_the_worker_still_answers(
-    answering: bool, polled: int, restarts: bool
+    answering: bool, polled: int, missed: tuple[int, int] | None, restarts: bool
 ) -> None:
     """A kubelet restarting or cut off from the API server alone leaves the node and its
-    pods running: a worker that still answers /progress vetoes the restart."""
+    pods running: a worker that still answers /progress vetoes the restart. `missed`: the
+    unanswered polls in a row and when the first was made."""
     spec = make_spec(health={"nodeLostSeconds": 20})
     pods = group(PodBuilder(0).running().on_node("a"), PodBuilder(1).running().on_node("b"),
                  workers=2)
     trouble = heartbeat_trouble("b", 30, at(60))
     assert trouble is not None
     troubles = {"b": trouble}
+    silent = {"missed_polls": missed[0], "silent_since": at(missed[1])} if missed else {}
     health = GroupHealth(0, (WorkerTrack(0, answering=True),
-                             WorkerTrack(1, answering=answering)), at(polled))
+                             WorkerTrack(1, answering=answering, **silent)), at(polled))
     action = failure_action(spec, JobStatus(), pods, group_started=True, now=at(60),
                             troubles=troubles, health=health)
     assert (action.kind is ActionKind.RESTART_GROUP_UNCOUNTED) is restarts, action

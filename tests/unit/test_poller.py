@@ -161,7 +161,8 @@ def test_a_group_nobody_answered_is_asked_through_its_chief_until_someone_answer
 
 def test_a_worker_that_stops_answering_is_news_at_once() -> None:
     """A silent node's Lease is explained away only while its workers answer: the pass must
-    look as soon as one stops (a worker that never answered yet is no news)."""
+    look as soon as one stops, and again when it misses a second poll in a row (a worker that
+    never answered yet is no news)."""
     targets = Targets(0, 8471, ((0, "10.0.0.1"), (1, "10.0.0.2")), True)
     now = datetime.now(UTC)
 
@@ -173,6 +174,13 @@ def test_a_worker_that_stops_answering_is_news_at_once() -> None:
     assert not news(polls)
     polls.health = track(both, targets, {0: report(0, 5), 1: None}, now)
     assert news(polls)
+    polls.seen = (*_news_key(polls), now)
+    # The second miss in a row ends the veto: news too; a third is not.
+    polls.health = track(polls.health, targets, {0: report(0, 5), 1: None}, now)
+    assert news(polls)
+    polls.seen = (*_news_key(polls), now)
+    polls.health = track(polls.health, targets, {0: report(0, 5), 1: None}, now)
+    assert not news(polls)
     starting = track(None, targets, {0: report(0, 5), 1: None}, now)
     polls = JobPolls(targets, due=0.0, health=starting)
     polls.seen = (*_news_key(polls), now)

@@ -105,6 +105,14 @@ def test_a_worker_advances_on_new_steps_and_phases_only() -> None:
     assert chief.advanced_at == at(6) and chief.answering and chief.silent_since is None
     assert other.advanced_at == at(3) and not other.answering and other.silent_since == at(9)
     assert other.report is not None and other.report.step == 0  # the last answer is kept
+    assert (chief.missed_polls, other.missed_polls) == (0, 1)
+
+
+def test_unanswered_polls_are_counted_in_a_row() -> None:
+    health = polls((0, {0: None}), (3, {0: BadReport("not JSON")}), (6, {0: None}))
+    assert (health.workers[0].missed_polls, health.workers[0].silent_since) == (3, at(0))
+    health = polls((0, {0: None}), (3, {0: report(step=1)}), (6, {0: None}))
+    assert (health.workers[0].missed_polls, health.workers[0].silent_since) == (1, at(6))
 
 
 def test_a_new_generation_starts_afresh() -> None:

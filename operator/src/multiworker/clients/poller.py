@@ -72,7 +72,7 @@ class JobPolls:
     born: float = 0.0  # loop time its group was first polled
     health: GroupHealth | None = None
     paused: bool = False  # this instance does not lead the job's namespace right now
-    seen: tuple[tuple[int | None, ...], list[int], str | None, str, list[int],
+    seen: tuple[tuple[int | None, ...], list[int], str | None, str, list[tuple[int, int]],
                 datetime | None] = ((), [], None, "", [], None)
     # what the last pass saw: progress, stragglers, ..., workers gone silent; when
 
@@ -223,14 +223,16 @@ def asked_workers(targets: Targets, health: GroupHealth | None) -> tuple[tuple[i
 
 
 def _news_key(polls: JobPolls
-              ) -> tuple[tuple[int | None, ...], list[int], str | None, str, list[int]]:
+              ) -> tuple[tuple[int | None, ...], list[int], str | None, str,
+                         list[tuple[int, int]]]:
     t, health = polls.targets, polls.health
     return (progress_key(progress_of(health)), stragglers(health),
             inactive_reason(health, t.progress_timeout, t.port) and "inactive",
             ",".join(sorted({w.last_bad for w in health.workers if w.last_bad}))
             if health else "",
-            [w.index for w in health.workers if w.report is not None and not w.answering]
-            if health else [])
+            # a second miss in a row is news too: it ends a silent Lease's veto (policy)
+            [(w.index, min(w.missed_polls, 2)) for w in health.workers
+             if w.report is not None and not w.answering] if health else [])
 
 
 def news(polls: JobPolls) -> bool:

@@ -292,10 +292,16 @@ def _workers_in_trouble(group: ObservedGroup, troubles: Mapping[str, NodeTrouble
 
 def _answered_since(health: GroupHealth | None, generation: int, index: int,
                     since: datetime | None) -> bool:
+    """Whether worker `index` still answers polls made after `since`: it answered the latest,
+    or missed that one alone and was answering when `since` came. One slow answer from a busy
+    node is not a lost node (the veto lapses one poll later); two misses in a row are."""
     if health is None or health.generation != generation or since is None:
         return False
     track = health.worker(index)
-    return track is not None and track.answering and health.polled_at > since
+    if track is None or health.polled_at <= since:
+        return False
+    return track.answering or (track.missed_polls == 1 and track.silent_since is not None
+                               and track.silent_since > since)
 
 
 def _lost(trouble: NodeTrouble, now: datetime, grace: timedelta) -> bool:

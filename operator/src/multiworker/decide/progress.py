@@ -118,6 +118,7 @@ class WorkerTrack:
     answering: bool = False  # it answered the latest poll
     advanced_at: datetime | None = None  # when the operator last saw it advance
     silent_since: datetime | None = None  # first unanswered poll since its last answer
+    missed_polls: int = 0  # unanswered polls in a row
     bad_reports: int = 0  # answers that were not its report
     last_bad: str = ""  # why the latest one was not
     slow_polls: int = 0  # polls in a row below the straggler threshold
@@ -176,10 +177,11 @@ def _advance(worker: WorkerTrack, answer: Answer, now: datetime) -> WorkerTrack:
         worker = replace(worker, bad_reports=worker.bad_reports + 1, last_bad=answer.reason)
         answer = None
     if answer is None:
-        return replace(worker, answering=False, silent_since=worker.silent_since or now)
+        return replace(worker, answering=False, silent_since=worker.silent_since or now,
+                       missed_polls=worker.missed_polls + 1)
     last = worker.report
     advanced = last is None or answer.step > last.step or answer.phase != last.phase
-    return replace(worker, report=answer, answering=True, silent_since=None,
+    return replace(worker, report=answer, answering=True, silent_since=None, missed_polls=0,
                    advanced_at=now if advanced else worker.advanced_at)
 
 

@@ -123,7 +123,7 @@ def test_a_killed_trainer_restarts_the_group_in_its_own_pods(
                         "$(cat told-released)").stdout.split()
     assert told == [str(running["groupGeneration"])] * 2, told
     for pod in before:  # every trainer of generation 1 runs in its pod's spare
-        wait_logged(jobs, pod, r"generation 1 of worker \d, warm start")
+        wait_logged(jobs, pod, r"==== multiworker: generation 1 of worker \d, warm start")
     status = assert_resumed_and_succeeded(jobs, "inplace")
     assert (status["restarts"], status["disruptions"]) == (1, 0), status
     assert (status["lastFailure"]["worker"], status["lastFailure"]["exitCode"]) == (1, 137)

@@ -1,0 +1,141 @@
+"""Pure: the size of a job's next generation when `spec.elastic` lets it change (#45).
+
+MultiWorkerMirroredStrategy cannot change its size in flight, but every generation builds a
+new collective, so between two generations the size may change. Two rules, each with its wait:
+
+- shrink: the current generation's pods have been refused by the scheduler for
+  `shrinkAfter` (a lost node, GPUs taken meanwhile): the next generation is as large as
+  what is placed now, never below `minWorkers`;
+- grow: a shrunk group grows back to the workers the nodes' free room holds (at most
+  `spec.workers`) once that room has lasted `growAfter`, counted also from the last resize,
+  so room that comes and goes (another job's pods starting) moves nothing.
+
+Room is the scheduler's own arithmetic in brief: on each node that may host a worker
+(fit.may_host), the allocatable of every resource a worker requests less what the bound pods
+of others request, divided by the worker's request. Node affinity, topology spread and the
+like stay the scheduler's; a grow they refuse shows as a refusal, and a shrink follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from multiworker.decide.fit import may_host
+from multiworker.decide.ownership import controlled_by
+from multiworker.decide.placement import holds_resources, pod_request
+from multiworker.decide.quantity import parse_or_zero
+
+Manifest = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ElasticPolicy:
+    """`spec.elastic` with the job's full size."""
+
+    min_workers: int
+    max_workers: int
+    shrink_after: timedelta
+    grow_after: timedelta
+
+
+@dataclass(frozen=True)
+class Resize:
+    """The next generation's size, and why (the Shrunk or Grew Event's message)."""
+
+    workers: int
+    why: str
+
+    def grows(self, current: int) -> bool:
+        return self.workers > current
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the operator sees of the current generation and the cluster now."""
+
+    workers: int  # the current generation's size
+    placed: int  # its pods bound to a node
+    refused_since: datetime | None  # since when some of its pods are refused by the scheduler
+    room: int  # workers the nodes hold, the job's own pods not counted against them (room())
+    room_since: datetime | None  # since when the room has held more than `workers`
+    resized_at: datetime | None  # the last resize
+
+
+def next_size(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None:
+    """A different size for the next generation, or None: keep this one."""
+    if seen.refused_since is not None:
+        return _shrink(policy, seen, now)
+    return _grow(policy, seen, now)
+
+
+def _shrink(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None:
+    assert seen.refused_since is not None
+    waited = now - seen.refused_since
+    target = max(policy.min_workers, seen.placed)
+    if waited < policy.shrink_after or target >= seen.workers:
+        return None
+    return Resize(target, f"{seen.workers - seen.placed} of {seen.workers} workers could not "
+                          f"be placed for {waited.total_seconds():.0f}s "
+                          f"(spec.elastic.shrinkAfterSeconds "
+                          f"{policy.shrink_after.total_seconds():g}): training on with "
+                          f"{target} (minWorkers {policy.min_workers})")
+
+
+def _grow(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None:
+    if seen.workers >= policy.max_workers or seen.room <= seen.workers or \
+            seen.room_since is None:
+        return None
+    settled_since = max(seen.room_since, seen.resized_at or seen.room_since)
+    if now - settled_since < policy.grow_after:
+        return None
+    target = min(policy.max_workers, seen.room)
+    return Resize(target, f"room for {target - seen.workers} more workers for "
+                          f"{(now - settled_since).total_seconds():.0f}s: growing from "
+                          f"{seen.workers} to {target} of {policy.max_workers}")
+
+
+def room(nodes: Iterable[Manifest], pods: Iterable[Manifest], pod_spec: Manifest,
+         job_uid: str) -> int:
+    """Workers of `pod_spec` that fit in what the bound pods of others leave free on the nodes
+    that may host one (Ready ones only). The job's own pods do not count against it: they
+    are the ones being replaced. A worker that requests nothing fits nowhere by this count
+    (the scheduler alone can say), so growing then waits for a refusal-free generation."""
+    worker = {"spec": pod_spec}
+    wanted = {r: pod_request(worker, r) for r in _resources(pod_spec)}
+    wanted = {r: amount for r, amount in wanted.items() if amount > 0}
+    if not wanted:
+        return 0
+    used: dict[str, dict[str, Decimal]] = {}
+    for pod in pods:
+        if holds_resources(pod) and not controlled_by(pod.get("metadata") or {}, job_uid):
+            on = used.setdefault(pod["spec"]["nodeName"], {})
+            for resource in wanted:
+                on[resource] = on.get(resource, Decimal(0)) + pod_request(pod, resource)
+    total = 0
+    for node in nodes:
+        if not _ready(node) or not may_host(node, pod_spec):
+            continue
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        on = used.get((node.get("metadata") or {}).get("name", ""), {})
+        total += min(int(max(Decimal(0), parse_or_zero(allocatable.get(r) or 0)
+                             - on.get(r, Decimal(0))) // amount)
+                     for r, amount in wanted.items())
+    return total
+
+
+def _resources(pod_spec: Manifest) -> set[str]:
+    found: set[str] = set()
+    for container in [*(pod_spec.get("containers") or []),
+                      *(pod_spec.get("initContainers") or [])]:
+        resources = container.get("resources") or {}
+        found |= set(resources.get("requests") or {}) | set(resources.get("limits") or {})
+    return found
+
+
+def _ready(node: Manifest) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

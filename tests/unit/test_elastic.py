@@ -1,0 +1,104 @@
+"""decide/elastic.py: when a group's next generation is smaller or larger, and how much room
+the nodes have for its workers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from multiworker.decide.elastic import ElasticPolicy, Resize, Seen, next_size, room
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+POLICY = ElasticPolicy(min_workers=2, max_workers=4, shrink_after=timedelta(seconds=60),
+                       grow_after=timedelta(seconds=120))
+
+
+def ago(seconds: float) -> datetime:
+    return NOW - timedelta(seconds=seconds)
+
+
+def seen(workers: int = 4, placed: int = 4, refused: float | None = None, room: int = 0,
+         room_for: float | None = None, resized: float | None = None) -> Seen:
+    return Seen(workers=workers, placed=placed,
+                refused_since=ago(refused) if refused is not None else None,
+                room=room, room_since=ago(room_for) if room_for is not None else None,
+                resized_at=ago(resized) if resized is not None else None)
+
+
+@pytest.mark.parametrize(("state", "size"), [
+    # shrinking: only after shrinkAfter, to what is placed, never below minWorkers
+    (seen(placed=3, refused=59), None),
+    (seen(placed=3, refused=60), 3),
+    (seen(placed=1, refused=600), 2),
+    (seen(placed=0, refused=600), 2),  # nothing placed: the smallest allowed group
+    (seen(workers=2, placed=1, refused=600), None),  # at minWorkers already: it waits
+    (seen(placed=4, refused=600), None),  # every pod bound (a refusal about to clear)
+    # growing: room beyond the current size that lasted growAfter, also since the last resize
+    (seen(workers=3, room=4, room_for=119), None),
+    (seen(workers=3, room=4, room_for=120), 4),
+    (seen(workers=2, room=9, room_for=500), 4),  # never above spec.workers
+    (seen(workers=2, room=3, room_for=500), 3),
+    (seen(workers=3, room=4, room_for=500, resized=60), None),  # just shrunk: no flapping
+    (seen(workers=3, room=4, room_for=500, resized=120), 4),
+    (seen(workers=3, room=3, room_for=500), None),  # no room beyond itself
+    (seen(workers=4, room=8, room_for=500), None),  # full size
+    (seen(workers=3, placed=2, refused=10, room=4, room_for=500), None),  # refused: no growing
+])
+def test_the_next_generation_s_size(state: Seen, size: int | None) -> None:
+    decided = next_size(POLICY, state, NOW)
+    assert (decided.workers if decided else None) == size
+
+
+def test_each_resize_says_why() -> None:
+    shrunk = next_size(POLICY, seen(placed=3, refused=75), NOW)
+    assert shrunk == Resize(3, "1 of 4 workers could not be placed for 75s "
+                               "(spec.elastic.shrinkAfterSeconds 60): training on with 3 "
+                               "(minWorkers 2)")
+    grown = next_size(POLICY, seen(workers=2, room=3, room_for=130, resized=400), NOW)
+    assert grown == Resize(3, "room for 1 more workers for 130s: growing from 2 to 3 of 4")
+    assert grown.grows(2) and not shrunk.grows(4)
+
+
+def node(name: str, gpus: int = 4, cpu: str = "16", ready: bool = True,
+         **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {}}, "spec": spec,
+            "status": {"allocatable": {"cpu": cpu, "memory": "64Gi", "nvidia.com/gpu": str(gpus)},
+                       "conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+
+def pod(on: str | None, gpus: int = 1, cpu: str = "1", owner: str = "someone-else",
+        phase: str = "Running") -> dict[str, Any]:
+    return {"metadata": {"ownerReferences": [{"controller": True, "uid": owner}]},
+            "spec": {"nodeName": on, "containers": [{"resources": {
+                "limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": cpu}}}]},
+            "status": {"phase": phase}}
+
+
+WORKER = {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"},
+                                        "requests": {"cpu": "2", "memory": "4Gi"}}}]}
+
+
+@pytest.mark.parametrize(("nodes", "pods", "fits"), [
+    ([node("a")], [], 4),  # 4 GPUs
+    ([node("a"), node("b")], [], 8),
+    ([node("a")], [pod("a")], 3),  # another job's pod holds one GPU
+    ([node("a")], [pod("a", owner="job")], 4),  # the job's own pods are being replaced
+    ([node("a")], [pod(None)], 4),  # pending pods hold nothing
+    ([node("a")], [pod("a", phase="Succeeded")], 4),  # finished ones neither
+    ([node("a", cpu="5")], [], 2),  # the CPU runs out first: 2 × 2 cores
+    ([node("a", cpu="5")], [pod("a", gpus=0, cpu="1")], 2),
+    ([node("a", cpu="5")], [pod("a", gpus=0, cpu="2")], 1),
+    ([node("a", ready=False)], [], 0),  # a node lost
+    ([node("a", unschedulable=True)], [], 0),  # cordoned
+    ([node("a", taints=[{"key": "k", "effect": "NoSchedule"}])], [], 0),
+    ([node("a", gpus=0)], [], 0),
+    ([node("a")], [pod("a", gpus=4)], 0),
+])
+def test_room_for_workers(nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
+                          fits: int) -> None:
+    assert room(nodes, pods, WORKER, "job") == fits
+
+
+def test_a_worker_that_requests_nothing_fits_nowhere_by_this_count() -> None:
+    assert room([node("a")], [], {"containers": [{"name": "tensorflow"}]}, "job") == 0

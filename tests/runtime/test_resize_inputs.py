@@ -1,0 +1,40 @@
+"""#45's premise for `spec.elastic.batch: KeepGlobal`: a dataset of global batches, resumed at
+the restored step by inputs.distribute(skip=step), continues the sample stream exactly across a
+change of the group's size (3 workers, then 2, then 3 again), an uneven split included: no
+sample skipped or seen twice, each step the same global batch an unresized run reads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.workers import free_port
+
+READER = Path(__file__).with_name("resize_reader.py")
+GLOBAL_BATCH = 10  # 4 + 3 + 3 on three workers, 5 + 5 on two
+
+
+def read(tmp_path: Path, workers: int, skip: int, steps: int) -> list[list[int]]:
+    """The samples of each step, the workers' shares in worker order."""
+    ports = [str(free_port()) for _ in range(workers)]
+    outs = [tmp_path / f"skip{skip}-of{workers}-{i}.json" for i in range(workers)]
+    processes = [subprocess.Popen([sys.executable, str(READER), str(workers), str(i), str(skip),
+                                   str(steps), str(GLOBAL_BATCH), str(out), *ports],
+                                  env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin",
+                                       "PYTHONPATH": ":".join(sys.path)})
+                 for i, out in enumerate(outs)]
+    assert [p.wait(timeout=240) for p in processes] == [0] * workers
+    shares = [json.loads(out.read_text()) for out in outs]
+    return [[v for share in shares for v in share[s]] for s in range(steps)]
+
+
+@pytest.mark.timeout(900)
+def test_a_resized_group_reads_on_from_the_sample_where_the_last_one_stopped(
+    tmp_path: Path,
+) -> None:
+    steps = read(tmp_path, 3, 0, 4) + read(tmp_path, 2, 4, 3) + read(tmp_path, 3, 7, 3)
+    assert steps == [list(range(s * GLOBAL_BATCH, (s + 1) * GLOBAL_BATCH)) for s in range(10)]

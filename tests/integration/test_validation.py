@@ -63,6 +63,11 @@ INVALID: list[tuple[str, Callable[[Obj], None], str]] = [
     ("reserved-label", lambda m: m["spec"]["template"].update(
         metadata={"labels": {"multiworker.dev/job-name": "x"}}),
      "spec.template.metadata.labels: keys under multiworker.dev/ are reserved"),
+    ("elastic-above-workers", set_spec(elastic={"minWorkers": 3}),
+     "spec.elastic.minWorkers must not exceed spec.workers"),
+    ("elastic-zero", set_spec(elastic={"minWorkers": 0}), "spec.elastic.minWorkers"),
+    ("elastic-batch", set_spec(elastic={"minWorkers": 1, "batch": "Halve"}),
+     "spec.elastic.batch"),
     # Typed all the way down: Kubernetes' own types of pod fields.
     ("port-not-a-number", lambda m: container(m).update(ports=[{"containerPort": "http"}]),
      "spec.template.spec.containers[0].ports[0].containerPort"),
@@ -153,6 +158,16 @@ def test_defaults_are_visible_in_the_stored_job(jobs: Jobs) -> None:
                                      "warmModules": ["tensorflow"]}
     assert spec["health"]["progressPort"] == 8471
     assert spec["health"]["startupTimeoutSeconds"] == 300
+
+
+def test_an_elastic_minimum_up_to_workers_is_accepted_with_its_defaults(jobs: Jobs) -> None:
+    manifest = job("elastic", "exit 0", workers=2)
+    manifest["spec"]["elastic"] = {"minWorkers": 2}
+    jobs.apply(manifest)
+    stored = jobs.get("elastic")
+    assert stored is not None
+    assert stored["spec"]["elastic"] == {"minWorkers": 2, "shrinkAfterSeconds": 60,
+                                         "growAfterSeconds": 120, "batch": "KeepGlobal"}
 
 
 def test_workers_change_only_while_suspended(jobs: Jobs) -> None:

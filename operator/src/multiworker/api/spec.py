@@ -46,6 +46,11 @@ class ImageSkewPolicy(StrEnum):
     FAIL_JOB = "FailJob"
 
 
+class ElasticBatch(StrEnum):
+    KEEP_GLOBAL = "KeepGlobal"
+    SCALE_LEARNING_RATE = "ScaleLearningRate"
+
+
 # A relative path inside the claim: no segment may start with "." (so no ".." out of it);
 # "." alone is the claim's root, where checkpoints were written before per-job directories.
 _PATH_SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9._-]*"
@@ -218,6 +223,27 @@ class GangSpec(Model):
     tries the whole group again later."""
 
 
+class ElasticSpec(Model):
+    """A group that may train with fewer workers than `workers` when not all of them can be
+    placed (a lost node, GPUs taken meanwhile, a flavor full), and grows back when room
+    returns. Each change of size is a new generation from the coordinated checkpoint; it
+    spends neither the restart nor the disruption budget."""
+
+    min_workers: int = Field(ge=1, le=1024)
+    """The fewest workers the group trains with (at most `workers`)."""
+    shrink_after_seconds: int = Field(default=60, ge=1, le=MAX_SECONDS)
+    """How long some workers of a group may stay unplaced before the next generation starts
+    with those that are placed (at least minWorkers)."""
+    grow_after_seconds: int = Field(default=120, ge=1, le=MAX_SECONDS)
+    """How long room for more workers must last, also since the last resize, before a shrunk
+    group grows back: room that comes and goes moves nothing."""
+    batch: ElasticBatch = ElasticBatch.KEEP_GLOBAL
+    """KeepGlobal: each step's global batch stays the same, split over fewer workers (the
+    maths of a step unchanged where the global batch divides evenly). ScaleLearningRate: each
+    worker's batch stays the same and the learning rate follows the size (the linear scaling
+    rule: × workers / spec.workers)."""
+
+
 def _object_default() -> dict[str, Any]:
     """Let the API server default a nested object so its own defaults show in the stored job."""
     return {"default": {}}
@@ -245,6 +271,11 @@ class MultiWorkerJobSpec(Model):
                 "spec.restartPolicy.agentPort must differ from spec.port and "
                 "spec.health.progressPort in mode InPlace",
                 ".restartPolicy.agentPort",
+            ),
+            cel(
+                "!has(self.elastic) || self.elastic.minWorkers <= self.workers",
+                "spec.elastic.minWorkers must not exceed spec.workers",
+                ".elastic.minWorkers",
             ),
             cel(
                 "(has(self.suspend) && self.suspend) || (has(oldSelf.suspend) && oldSelf.suspend)"
@@ -286,6 +317,14 @@ class MultiWorkerJobSpec(Model):
     group, one product whose nodes can hold the whole group (status.gpuProduct), and says so
     when none can — workers of one group never mix GPU models."""
     gang: GangSpec = Field(default=GangSpec(), json_schema_extra=_object_default())
+    elastic: ElasticSpec | None = None
+    """Unset: the group always has `workers` workers, and waits until all can be placed."""
+
+    @model_validator(mode="after")
+    def _elastic_within_workers(self) -> MultiWorkerJobSpec:
+        if self.elastic is not None and self.elastic.min_workers > self.workers:
+            raise ValueError("elastic.minWorkers must not exceed workers")
+        return self
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> MultiWorkerJobSpec:

@@ -3,11 +3,18 @@ the nodes have for its workers."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from multiworker.api.job import Job
 from multiworker.decide.elastic import ElasticPolicy, Resize, Seen, next_size, room
+from multiworker.reconcile.reconcile import reconcile
+
+from tests.unit.builders import NAMESPACE, job_body
+from tests.unit.fake_cluster import FakeCluster
+from tests.unit.test_render import env_of_job
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 POLICY = ElasticPolicy(min_workers=2, max_workers=4, shrink_after=timedelta(seconds=60),
@@ -102,3 +109,36 @@ def test_room_for_workers(nodes: list[dict[str, Any]], pods: list[dict[str, Any]
 
 def test_a_worker_that_requests_nothing_fits_nowhere_by_this_count() -> None:
     assert room([node("a")], [], {"containers": [{"name": "tensorflow"}]}, "job") == 0
+
+
+# --- the size flows from status.groupWorkers into everything a group is made of ---
+
+
+def elastic_cluster(group_workers: int | None, elastic: bool = True) -> FakeCluster:
+    body = job_body(workers=3, **({"elastic": {"minWorkers": 2}} if elastic else {}))
+    body["status"] = {"groupWorkers": group_workers} if group_workers else {}
+    return FakeCluster(body)
+
+
+def test_a_shrunk_group_is_made_at_its_size_and_knows_the_full_one() -> None:
+    cluster = elastic_cluster(2)
+    reconcile(cluster, NAMESPACE, "demo", cluster.now)
+    assert sorted(cluster.pods) == ["demo-worker-0", "demo-worker-1"]
+    assert (cluster.status["totalWorkers"], cluster.status["ready"]) == (2, "0/2")
+    job = Job.from_body(cluster.job).at_size(2)
+    env = env_of_job(job, 1)
+    assert (env["MWJ_NUM_WORKERS"], env["MWJ_MAX_WORKERS"]) == ("2", "3")
+    assert len(json.loads(env["TF_CONFIG"])["cluster"]["worker"]) == 2
+
+
+@pytest.mark.parametrize(("group_workers", "elastic", "pods"), [
+    (None, True, 3),  # never resized
+    (3, True, 3),
+    (2, False, 3),  # not elastic (a status from before the field was removed): full size
+])
+def test_only_an_elastic_job_s_group_size_differs_from_spec_workers(
+    group_workers: int | None, elastic: bool, pods: int
+) -> None:
+    cluster = elastic_cluster(group_workers, elastic)
+    reconcile(cluster, NAMESPACE, "demo", cluster.now)
+    assert len(cluster.pods) == pods

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -49,6 +49,20 @@ class Job:
     spec: MultiWorkerJobSpec
     status: JobStatus
     created: datetime | None = None
+    full_workers: int = 0  # spec.workers as written, where at_size() changed it; 0: unchanged
+
+    @property
+    def max_workers(self) -> int:
+        return self.full_workers or self.spec.workers
+
+    def at_size(self, workers: int | None) -> Job:
+        """The job as its current group is made: spec.workers is the group's size (which
+        spec.elastic may make smaller), so every object rendered from it — TF_CONFIG, the
+        ConfigMap, the PodGroup, Kueue's podSet, the pod digest — follows the size."""
+        if workers is None or workers == self.spec.workers or self.spec.elastic is None:
+            return self
+        return replace(self, spec=self.spec.model_copy(update={"workers": workers}),
+                       full_workers=self.max_workers)
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Job:

@@ -111,11 +111,17 @@ class JobStatus(BaseModel):
     group_generation: int = 0
     """Generation of the current worker group: 0 for the first, +1 for each restart or resume."""
     ready: str | None = None
-    """Ready workers of the current group out of spec.workers, e.g. 4/4."""
+    """Ready workers of the current group out of its size, e.g. 4/4 (2/4 while spec.elastic
+    has it shrunk to 2 of 4)."""
     ready_workers: int = 0
     """Workers of the current group that are running and ready."""
     total_workers: int = 0
-    """spec.workers."""
+    """Workers of the current group: spec.workers, fewer while spec.elastic has it shrunk."""
+    group_workers: int | None = None
+    """The size spec.elastic gave the current group; unset: spec.workers."""
+    resizes: int = 0
+    """Times spec.elastic changed the group's size (shrunk or grown back); neither restart
+    budget is spent on them."""
     restarts: int = 0
     """Group restarts spent from spec.restartPolicy.maxRestarts."""
     disruptions: int = 0

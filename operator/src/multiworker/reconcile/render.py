@@ -147,6 +147,7 @@ def worker_env(job: Job, index: int, generation: int, agent: bool = False) -> li
         contract.MWJ_JOB_NAMESPACE: job.namespace,
         contract.MWJ_JOB_UID: job.uid,
         contract.MWJ_NUM_WORKERS: str(spec.workers),
+        **({contract.MWJ_MAX_WORKERS: str(job.max_workers)} if spec.elastic else {}),
         contract.MWJ_WORKER_INDEX: str(index),
         contract.MWJ_PROGRESS_PORT: str(spec.health.progress_port),
         contract.MWJ_PEER_TIMEOUT_SECONDS: str(spec.health.peer_timeout_seconds),

@@ -14,6 +14,7 @@ from multiworker.reconcile.reconcile import reconcile
 
 from tests.unit.builders import NAMESPACE, job_body
 from tests.unit.fake_cluster import FakeCluster
+from tests.unit.test_reconcile import GPU_TEMPLATE
 from tests.unit.test_render import env_of_job
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -142,3 +143,79 @@ def test_only_an_elastic_job_s_group_size_differs_from_spec_workers(
     cluster = elastic_cluster(group_workers, elastic)
     reconcile(cluster, NAMESPACE, "demo", cluster.now)
     assert len(cluster.pods) == pods
+
+
+# --- the step (reconcile/elastic.py) ---
+
+
+def _step(cluster: FakeCluster, seconds: float = 1) -> Any:
+    cluster.now += timedelta(seconds=seconds)
+    return reconcile(cluster, NAMESPACE, "demo", cluster.now)
+
+
+def refused(cluster: FakeCluster, index: int) -> None:
+    cluster.unschedulable(index, "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")
+    pod = cluster.pods[f"demo-worker-{index}"]
+    pod["status"]["conditions"][0]["lastTransitionTime"] = cluster.now.isoformat()
+
+
+def test_a_group_that_cannot_be_placed_whole_shrinks_after_the_wait_spending_nothing() -> None:
+    cluster = elastic_cluster(None)
+    _step(cluster)
+    cluster.run(0, 1)
+    refused(cluster, 2)
+    _step(cluster, 59)
+    assert cluster.status["groupGeneration"] == 0
+    _step(cluster, 2)  # 61 s refused: the next generation has the 2 that fit
+    status = cluster.status
+    assert (status["groupGeneration"], status["groupWorkers"], status["resizes"]) == (1, 2, 1)
+    assert (status.get("restarts", 0), status.get("disruptions", 0)) == (0, 0)
+    reason, message = cluster.events[-1][1:]
+    assert reason == "Shrunk" and "1 of 3 workers could not be placed for 61s" in message
+    _step(cluster)  # the old pods go with their grace period (the SIGTERM checkpoint)
+    cluster.finish_deletions()
+    _step(cluster)
+    assert sorted(cluster.pods) == ["demo-worker-0", "demo-worker-1"]
+    assert cluster.generations() == {"demo-worker-0": "1", "demo-worker-1": "1"}
+
+
+def gpu_node(gpus: int) -> dict[str, Any]:
+    return {"metadata": {"name": "node-1", "labels": {}}, "spec": {},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "64",
+                                       "memory": "256Gi"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_a_shrunk_group_grows_back_once_room_for_more_has_lasted() -> None:
+    cluster = FakeCluster(job_body(workers=3, elastic={"minWorkers": 2}, template=GPU_TEMPLATE))
+    cluster.job["status"] = {"groupWorkers": 2}
+    cluster.nodes["node-1"] = gpu_node(2)  # room for 2: the group's own
+    _step(cluster)
+    cluster.run()
+    _step(cluster)
+    assert cluster.status["phase"] == "Running" and cluster.status.get("roomSince") is None
+    cluster.nodes["node-1"] = gpu_node(3)  # a GPU freed
+    _step(cluster)
+    assert cluster.status["roomWorkers"] == 3 and cluster.status["roomSince"]
+    _step(cluster, 119)
+    assert cluster.status["groupGeneration"] == 0
+    _step(cluster, 2)
+    status = cluster.status
+    assert (status["groupGeneration"], status.get("groupWorkers"), status["resizes"]) == \
+        (1, None, 1)
+    assert cluster.events[-1][1] == "Grew"
+    assert "growing from 2 to 3 of 3" in cluster.events[-1][2]
+
+
+def test_room_that_comes_and_goes_grows_nothing() -> None:
+    cluster = FakeCluster(job_body(workers=3, elastic={"minWorkers": 2}, template=GPU_TEMPLATE))
+    cluster.job["status"] = {"groupWorkers": 2}
+    cluster.nodes["node-1"] = gpu_node(3)
+    _step(cluster)
+    cluster.run()
+    _step(cluster, 100)
+    cluster.nodes["node-1"] = gpu_node(2)  # taken again before growAfter
+    _step(cluster, 30)
+    cluster.nodes["node-1"] = gpu_node(3)
+    _step(cluster, 100)
+    assert cluster.status["groupGeneration"] == 0 and cluster.status.get("resizes", 0) == 0

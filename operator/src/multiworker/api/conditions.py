@@ -79,6 +79,8 @@ class Reason(StrEnum):
     WARM_STANDBY_OFF = "WarmStandbyOff"  # in place, but the trainers restart cold: why
     AVOIDED_NODE_BACK = "AvoidedNodeBack"
     GPU_PRODUCT_FULL = "GpuProductFull"
+    SHRUNK = "Shrunk"  # spec.elastic: the next group is smaller (reconcile/elastic.py)
+    GREW = "Grew"
     # Kueue (reconcile/queueing.py)
     QUEUED = "Queued"
     ADMITTED = "Admitted"

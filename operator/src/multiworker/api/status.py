@@ -122,6 +122,13 @@ class JobStatus(BaseModel):
     resizes: int = 0
     """Times spec.elastic changed the group's size (shrunk or grown back); neither restart
     budget is spent on them."""
+    last_resize_time: Time | None = None
+    """When spec.elastic last changed the group's size."""
+    room_workers: int = 0
+    """While a shrunk group runs: how many workers the nodes' free room holds."""
+    room_since: Time | None = None
+    """While a shrunk group runs: since when the nodes have had room for more of its workers
+    (it grows back once that lasted spec.elastic.growAfterSeconds)."""
     restarts: int = 0
     """Group restarts spent from spec.restartPolicy.maxRestarts."""
     disruptions: int = 0

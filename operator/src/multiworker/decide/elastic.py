@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from multiworker.api.spec import MultiWorkerJobSpec
 from multiworker.decide.fit import may_host
 from multiworker.decide.ownership import controlled_by
 from multiworker.decide.placement import holds_resources, pod_request
@@ -96,6 +97,30 @@ def _grow(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None:
     return Resize(target, f"room for {target - seen.workers} more workers for "
                           f"{(now - settled_since).total_seconds():.0f}s: growing from "
                           f"{seen.workers} to {target} of {policy.max_workers}")
+
+
+def policy_of(spec: MultiWorkerJobSpec, max_workers: int) -> ElasticPolicy | None:
+    elastic = spec.elastic
+    if elastic is None:
+        return None
+    return ElasticPolicy(min_workers=elastic.min_workers, max_workers=max_workers,
+                         shrink_after=timedelta(seconds=elastic.shrink_after_seconds),
+                         grow_after=timedelta(seconds=elastic.grow_after_seconds))
+
+
+def refused_since(pods: Iterable[Manifest]) -> datetime | None:
+    """Since when the scheduler has refused the longest-refused of `pods` (PodScheduled
+    False, Unschedulable: its lastTransitionTime, the API server's clock, so an operator that
+    restarts mid-wait counts on from the same moment); None: none is refused."""
+    times = []
+    for pod in pods:
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
+                    and condition.get("reason") == "Unschedulable":
+                stamp = condition.get("lastTransitionTime")
+                if stamp:
+                    times.append(datetime.fromisoformat(str(stamp).replace("Z", "+00:00")))
+    return min(times, default=None)
 
 
 def room(nodes: Iterable[Manifest], pods: Iterable[Manifest], pod_spec: Manifest,

@@ -76,6 +76,7 @@ from multiworker.logs import job_logger
 from multiworker.reconcile.commit import commit
 from multiworker.reconcile.context import ClusterIO, Flow, Options, Outcome, Pass
 from multiworker.reconcile.creation import ensure_workers, still_blocked, why_not_placed
+from multiworker.reconcile.elastic import resize_policy
 from multiworker.reconcile.gang import pod_group_path
 from multiworker.reconcile.queueing import admit_through_queue, finish_workload
 from multiworker.reconcile.render import owner_reference, render_worker_pod
@@ -431,6 +432,7 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
     success_policy,
     failure_policy,
     placement_policy,
+    resize_policy,  # elastic.py: spec.elastic
     hang_policy,
     ensure_workers,  # creation.py
     compute_status,

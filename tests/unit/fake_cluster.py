@@ -62,6 +62,8 @@ class FakeCluster:
         self.fail_events = 0  # the next N Event POSTs raise
         self.serve_once: Manifest | None = None  # an outdated read, served once
         self._uids = 0
+        self.others: list[Manifest] = []  # pods of no job of ours (pods_on_node)
+        self.pods_on_node_forbidden = False
 
     # --- ClusterIO ---
 
@@ -93,6 +95,13 @@ class FakeCluster:
 
     def cached_all_pods(self) -> list[Manifest]:
         return [copy.deepcopy(p) for p in self.pods.values()]
+
+    def pods_on_node(self, node: str) -> list[Manifest] | None:
+        """The API's list of every pod on `node` (the job's and `others`); None: forbidden."""
+        if self.pods_on_node_forbidden:
+            return None
+        return [copy.deepcopy(p) for p in [*self.pods.values(), *self.others]
+                if (p.get("spec") or {}).get("nodeName") == node]
 
     def api_served(self, group_version: str, plural: str) -> bool:
         return self.served

@@ -87,7 +87,7 @@ def triples(groups: list[str], resources: list[str], verbs: list[str]) -> set[tu
 # The operator's whole API footprint, from the code (k8s.FOOTPRINT): namespaced, and nodes.
 JOB_RULES = {(group, resource, verb) for (group, resource), verbs in FOOTPRINT.items()
              if resource != "nodes" for verb in verbs}
-NODE_RULES = triples([""], ["nodes"], ["get", "list", "watch"])
+CLUSTER_SCOPED_RULES = triples([""], ["nodes"], ["get", "list", "watch"]) | {("", "pods", "list")}  # elastic room
 NODE_LEASE_RULES = {(group, resource, verb)
                     for (group, resource), verbs in NODE_LEASE_FOOTPRINT.items()
                     for verb in verbs}
@@ -100,7 +100,7 @@ def test_default_is_cluster_wide_with_leader_election(tmp_path: Path) -> None:
         "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",
         "ServiceAccount",
     ]
-    assert rules(one(objs, "ClusterRole")) == NODE_RULES | JOB_RULES
+    assert rules(one(objs, "ClusterRole")) == CLUSTER_SCOPED_RULES | JOB_RULES
     assert rules(one(objs, "Role", "kube-node-lease")) == NODE_LEASE_RULES
     assert one(objs, "RoleBinding", "kube-node-lease")["roleRef"]["name"] == \
         one(objs, "Role", "kube-node-lease")["metadata"]["name"]
@@ -132,7 +132,7 @@ def test_only_the_operators_own_lease_can_be_read_or_updated(tmp_path: Path) -> 
 
 def test_namespaced_mode_grants_only_the_watched_namespaces(tmp_path: Path) -> None:
     objs = template(tmp_path, {"watchNamespaces": ["team-a", "team-b"]})
-    assert rules(one(objs, "ClusterRole")) == NODE_RULES
+    assert rules(one(objs, "ClusterRole")) == CLUSTER_SCOPED_RULES
     for ns in ("team-a", "team-b"):
         assert rules(one(objs, "Role", ns)) == JOB_RULES
         binding = one(objs, "RoleBinding", ns)
@@ -249,7 +249,7 @@ def test_kueue_adds_its_flag_and_exactly_the_kueue_calls(tmp_path: Path) -> None
     assert "--kueue" not in container(template(tmp_path))["args"]
     objs = template(tmp_path, {"kueue": {"enabled": True}})
     assert "--kueue" in container(objs)["args"]
-    assert rules(one(objs, "ClusterRole")) == NODE_RULES | JOB_RULES | \
+    assert rules(one(objs, "ClusterRole")) == CLUSTER_SCOPED_RULES | JOB_RULES | \
         triples_of(KUEUE_FOOTPRINT) | triples_of(KUEUE_CLUSTER_FOOTPRINT)
     objs = template(tmp_path, {"kueue": {"enabled": True}, "watchNamespaces": ["team-a"]})
     assert triples_of(KUEUE_FOOTPRINT) <= rules(one(objs, "Role", "team-a"))

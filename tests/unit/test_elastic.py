@@ -219,3 +219,25 @@ def test_room_that_comes_and_goes_grows_nothing() -> None:
     cluster.nodes["node-1"] = gpu_node(3)
     _step(cluster, 100)
     assert cluster.status["groupGeneration"] == 0 and cluster.status.get("resizes", 0) == 0
+
+
+def test_what_other_tenants_hold_on_the_node_keeps_a_shrunk_group_small() -> None:
+    """The operator's cache has its own jobs' pods only: the room counts the node's pods as
+    the API lists them, and an operator that may not list them never grows blind."""
+    cluster = FakeCluster(job_body(workers=3, elastic={"minWorkers": 2}, template=GPU_TEMPLATE))
+    cluster.job["status"] = {"groupWorkers": 2}
+    cluster.nodes["node-1"] = gpu_node(4)
+    hog = pod("node-1", gpus=2)
+    cluster.others.append(hog)
+    _step(cluster)
+    cluster.run()
+    _step(cluster, 500)
+    assert cluster.status["roomWorkers"] == 2 and cluster.status.get("roomSince") is None
+    cluster.others.remove(hog)
+    cluster.pods_on_node_forbidden = True
+    _step(cluster, 500)
+    assert cluster.status.get("roomWorkers", 0) == 0 and cluster.status.get("resizes", 0) == 0
+    cluster.pods_on_node_forbidden = False
+    _step(cluster)
+    _step(cluster, 120)
+    assert cluster.status["resizes"] == 1 and cluster.events[-1][1] == "Grew"

@@ -88,6 +88,11 @@ against the code's REST calls; the e2e suite runs the operator under it.
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get, list, watch]
+# spec.elastic: the pods bound to a node, in every namespace (list, by field selector), to
+# tell whether a shrunk group has room to grow back: what other tenants' pods hold there.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
 {{- if .Values.kueue.enabled }}
 # kueue.enabled: the admitted ResourceFlavors' node labels and tolerations go to every
 # worker; a priority class's value becomes the Workload's priority.

@@ -277,6 +277,20 @@ class Cluster:
     def get_node(self, name: str) -> Manifest | None:
         return self._get(f"/api/v1/nodes/{name}")
 
+    def pods_on_node(self, node: str) -> list[Manifest] | None:
+        """Every pod bound to `node`, in any namespace: what the scheduler counts against the
+        node (spec.elastic's room, decide/elastic.py). None when this operator may not list
+        pods cluster-wide (a chart without the rule)."""
+        try:
+            found = self.rest.call("GET", "/api/v1/pods", query=[
+                ("fieldSelector", f"spec.nodeName={node}"), ("limit", "1000")])
+        except ApiException as e:
+            if e.status == 403:
+                log.warning("listing the pods on node %s: %s %s", node, e.status, e.reason)
+                return None
+            raise
+        return list(found.get("items") or [])
+
     def get_node_lease(self, name: str) -> Manifest | None:
         """The node's Lease; None when gone or unreadable (an older Role without `get`: the
         watch alone then says whether it renews)."""

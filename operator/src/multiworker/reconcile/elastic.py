@@ -10,6 +10,7 @@ from __future__ import annotations
 from multiworker.api import names
 from multiworker.api.conditions import Reason, Type
 from multiworker.decide.elastic import Resize, Seen, next_size, policy_of, refused_since, room
+from multiworker.decide.fit import may_host
 from multiworker.decide.observe import WorkerPhase
 from multiworker.reconcile.context import Flow, Pass
 from multiworker.reconcile.render import owner_reference, render_worker_pod
@@ -55,7 +56,13 @@ def _follow_room(p: Pass, shrunk_and_running: bool) -> None:
         return
     pod_spec = render_worker_pod(p.job, 0, s.group_generation, owner_reference(p.job),
                                  gpu_product=s.gpu_product)["spec"]
-    s.room_workers = room(p.cluster.cached_nodes(), p.cluster.cached_all_pods(), pod_spec,
+    nodes = [n for n in p.cluster.cached_nodes() if may_host(n, pod_spec)]
+    # The operator's cache holds its jobs' pods only: what others hold is asked of the API.
+    on_nodes = [p.cluster.pods_on_node(str(n["metadata"]["name"])) for n in nodes]
+    if any(pods is None for pods in on_nodes):
+        s.room_workers, s.room_since = 0, None  # unknown: never grow blind
+        return
+    s.room_workers = room(nodes, [pod for pods in on_nodes for pod in pods or []], pod_spec,
                           p.job.uid)
     if s.room_workers <= len(p.group.workers):
         s.room_since = None

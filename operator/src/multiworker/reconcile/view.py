@@ -118,6 +118,9 @@ class View:
     def get_node(self, name: str) -> Manifest | None:
         return self.cluster.get_node(name)
 
+    def pods_on_node(self, node: str) -> list[Manifest] | None:
+        return self.cluster.pods_on_node(node)
+
     def create_pods(self, pods: Sequence[Manifest]) -> list[Created | Refused]:
         return self.cluster.create_pods(pods)
 

@@ -1,0 +1,68 @@
+"""spec.elastic with real TensorFlow on the local cluster's 4-GPU node (#45): a pod that is not
+the job's holds two GPUs, so a 3-worker job (minWorkers 2) is placed 2 of 3; after
+shrinkAfterSeconds it trains with 2, and once the GPUs are free for growAfterSeconds it grows
+back to 3 at a checkpoint and succeeds, resuming from it, with no budget spent."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_gang import GPU, free_gpus, gpu_node, pin_to  # noqa: F401 (fixtures)
+from tests.e2e.test_recovery import tf_job, wait_checkpointed
+from tests.integration.jobs import Jobs
+from tests.support import USES_NODE_GPUS
+
+pytestmark = [USES_NODE_GPUS, pytest.mark.usefixtures("worker_image", "operator")]
+
+
+def hog(name: str, gpus: int, node: str) -> dict[str, Any]:
+    """A pod of no job that holds `gpus` of the node's GPUs until deleted."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                     "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "hog", "image": "multiworker.local/worker:dev",
+                                     "imagePullPolicy": "IfNotPresent",
+                                     "command": ["sleep", "3600"],
+                                     "resources": {"limits": {GPU: str(gpus)}}}]}}
+
+
+def events_of(jobs: Jobs, name: str, reason: str) -> list[str]:
+    return [m for _, r, m in jobs.events(name) if r == reason]
+
+
+def test_a_group_short_of_gpus_shrinks_trains_on_and_grows_back(
+    jobs: Jobs, checkpoint_claim: str, gpu_node: str, free_gpus: None  # noqa: F811
+) -> None:
+    jobs.apply(hog("hog", 2, gpu_node))
+    manifest = tf_job("elastic", workers=3, env={"TRAIN_EPOCHS": "30"},
+                      elastic={"minWorkers": 2, "shrinkAfterSeconds": 10,
+                               "growAfterSeconds": 10},
+                      health={"startupTimeoutSeconds": 600})
+    pin_to(manifest, gpu_node)
+    manifest["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {GPU: "1"}
+    jobs.apply(manifest)
+    shrunk = jobs.wait("elastic", "the group shrunk to 2",
+                       lambda s: s if s.get("groupWorkers") == 2 and s.get("resizes") == 1
+                       else None, timeout=180)
+    assert (shrunk.get("restarts", 0), shrunk.get("disruptions", 0)) == (0, 0), shrunk
+    assert "1 of 3 workers could not be placed" in events_of(jobs, "elastic", "Shrunk")[0]
+    wait_checkpointed(jobs, "elastic")
+    # The hog's GPUs are not room (the operator asks the API what the node's pods hold).
+    held = jobs.wait("elastic", "the room measured",
+                     lambda s: s if s.get("phase") == "Running" and "roomWorkers" in s
+                     else None, timeout=120)
+    assert held["roomWorkers"] == 2 and held.get("roomSince") is None, held
+    time.sleep(12)  # longer than growAfterSeconds
+    assert jobs.get("elastic")["status"]["resizes"] == 1
+    jobs.kubectl("delete", "pod", "hog", "--wait=false")
+    grown = jobs.wait("elastic", "the group grown back to 3",
+                      lambda s: s if s.get("resizes") == 2 else None, timeout=180)
+    assert grown.get("groupWorkers") is None, grown
+    assert "growing from 2 to 3 of 3" in events_of(jobs, "elastic", "Grew")[0]
+    status = jobs.wait_phase("elastic", "Succeeded", timeout=600)
+    assert (status["totalWorkers"], status.get("restarts", 0), status.get("disruptions", 0)) \
+        == (3, 0, 0), status
+    assert (status.get("progress") or {}).get("resumedFromStep", 0) > 0, status

@@ -128,7 +128,8 @@ def test_a_shrunk_group_is_made_at_its_size_and_knows_the_full_one() -> None:
     assert (cluster.status["totalWorkers"], cluster.status["ready"]) == (2, "0/2")
     job = Job.from_body(cluster.job).at_size(2)
     env = env_of_job(job, 1)
-    assert (env["MWJ_NUM_WORKERS"], env["MWJ_MAX_WORKERS"]) == ("2", "3")
+    assert (env["MWJ_NUM_WORKERS"], env["MWJ_MAX_WORKERS"], env["MWJ_ELASTIC_BATCH"]) == \
+        ("2", "3", "KeepGlobal")
     assert len(json.loads(env["TF_CONFIG"])["cluster"]["worker"]) == 2
 
 

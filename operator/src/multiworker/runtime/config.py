@@ -18,9 +18,11 @@ from multiworker.api.contract import (
     DEFAULT_PROGRESS_PORT,
     MWJ_CHECKPOINT_DIR,
     MWJ_COLLECTIVE_TIMEOUT_SECONDS,
+    MWJ_ELASTIC_BATCH,
     MWJ_JOB_NAME,
     MWJ_JOB_NAMESPACE,
     MWJ_JOB_UID,
+    MWJ_MAX_WORKERS,
     MWJ_NODE_NAME,
     MWJ_NUM_WORKERS,
     MWJ_PEER_TIMEOUT_SECONDS,
@@ -81,6 +83,11 @@ class RuntimeConfig:
     """MWJ_POD_GENERATION_FILE: the pod's generation as it is now (in-place restarts)."""
     survivor_saves: bool = True
     """MWJ_SURVIVOR_SAVES (not "0"): survivors of a peer's death save their replicas."""
+    max_workers: int = 0
+    """MWJ_MAX_WORKERS: spec.workers of a job whose group spec.elastic may make smaller; 0:
+    the group is always whole."""
+    elastic_batch: str = "KeepGlobal"
+    """MWJ_ELASTIC_BATCH: what a smaller group keeps (runtime/elastic.py)."""
 
     @property
     def num_workers(self) -> int:
@@ -123,6 +130,8 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
         pod_generation_file=environ.get(MWJ_POD_GENERATION_FILE) or None,
         node_name=environ.get(MWJ_NODE_NAME) or None,
         survivor_saves=environ.get(MWJ_SURVIVOR_SAVES, "1") != "0",
+        max_workers=_integer(environ, MWJ_MAX_WORKERS, 0, 0, None, problems) or 0,
+        elastic_batch=environ.get(MWJ_ELASTIC_BATCH) or "KeepGlobal",
         worker_index=task_index,
         peers=peers,
         restart_count=max(_integer(environ, MWJ_RESTART_COUNT, 0, 0, None, problems) or 0,

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from multiworker.api import names
 from multiworker.api.job import Job
 from multiworker.decide.elastic import ElasticPolicy, Resize, Seen, next_size, room
 from multiworker.reconcile.reconcile import reconcile
@@ -125,7 +126,8 @@ def test_a_shrunk_group_is_made_at_its_size_and_knows_the_full_one() -> None:
     cluster = elastic_cluster(2)
     reconcile(cluster, NAMESPACE, "demo", cluster.now)
     assert sorted(cluster.pods) == ["demo-worker-0", "demo-worker-1"]
-    assert (cluster.status["totalWorkers"], cluster.status["ready"]) == (2, "0/2")
+    assert (cluster.status["totalWorkers"], cluster.status["ready"], cluster.status["size"]) == \
+        (2, "0/2", "2/3")
     job = Job.from_body(cluster.job).at_size(2)
     env = env_of_job(job, 1)
     assert (env["MWJ_NUM_WORKERS"], env["MWJ_MAX_WORKERS"], env["MWJ_ELASTIC_BATCH"]) == \
@@ -242,3 +244,42 @@ def test_what_other_tenants_hold_on_the_node_keeps_a_shrunk_group_small() -> Non
     _step(cluster)
     _step(cluster, 120)
     assert cluster.status["resizes"] == 1 and cluster.events[-1][1] == "Grew"
+
+
+def test_a_resize_whose_status_write_failed_is_decided_once() -> None:
+    """The new size and generation go in one status write: lost (a conflict, the operator
+    killed), the next pass sees the same refusal and decides the same, once."""
+    cluster = elastic_cluster(None)
+    _step(cluster)
+    cluster.run(0, 1)
+    refused(cluster, 2)
+    cluster.fail_status_writes = 1
+    with pytest.raises(RuntimeError):
+        _step(cluster, 61)
+    assert cluster.status.get("resizes", 0) == 0
+    _step(cluster)
+    assert (cluster.status["resizes"], cluster.status["groupGeneration"]) == (1, 1)
+    assert [e[1] for e in cluster.events].count("Shrunk") == 1
+
+
+def test_a_shrunk_group_restarts_in_place_at_its_size() -> None:
+    from tests.unit.test_in_place import held, on_kubelet
+
+    cluster = on_kubelet(FakeCluster(job_body(workers=3, elastic={"minWorkers": 2},
+                                              restartPolicy={"mode": "InPlace",
+                                                             "backoffSeconds": 0})))
+    cluster.job["status"] = {"groupWorkers": 2}
+    _step(cluster)
+    cluster.run()
+    for pod in cluster.pods.values():
+        pod["status"]["initContainerStatuses"] = [
+            {"name": names.AGENT_CONTAINER, "state": {"running": {}}},
+            {"name": names.GATE_CONTAINER, "state": {"terminated": {"exitCode": 0}}}]
+        pod["status"]["containerStatuses"][0] |= {"containerID": "containerd://old",
+                                                  "restartCount": 0}
+    _step(cluster)
+    assert cluster.status["phase"] == "Running" and len(cluster.pods) == 2
+    held(cluster, 1)
+    _step(cluster)
+    assert (cluster.status["restartPath"], cluster.status["restarts"]) == ("InPlace", 1)
+    assert cluster.status["groupWorkers"] == 2 and len(cluster.pods) == 2

@@ -52,6 +52,7 @@ _ROOT_RULES = [
 _PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
+    {"name": "Workers", "type": "string", "jsonPath": ".status.size"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Disruptions", "type": "integer", "jsonPath": ".status.disruptions", "priority": 1},

@@ -117,6 +117,9 @@ class JobStatus(BaseModel):
     """Workers of the current group that are running and ready."""
     total_workers: int = 0
     """Workers of the current group: spec.workers, fewer while spec.elastic has it shrunk."""
+    size: str | None = None
+    """An elastic job's group size out of spec.workers, e.g. 2/4 while shrunk to 2 of 4
+    (kubectl get's WORKERS column)."""
     group_workers: int | None = None
     """The size spec.elastic gave the current group; unset: spec.workers."""
     resizes: int = 0

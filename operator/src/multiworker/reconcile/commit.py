@@ -30,6 +30,7 @@ def commit(p: Pass) -> Manifest | None:
     s, spec = p.status, p.job.spec
     ready = p.group.ready if p.group.generation == s.group_generation else 0
     s.total_workers, s.ready_workers, s.ready = spec.workers, ready, f"{ready}/{spec.workers}"
+    s.size = f"{spec.workers}/{p.job.max_workers}" if spec.elastic else None
     s.observed_generation = p.job.generation
     s.phase = phase_of(s, p.group, spec.suspend)
     written = None

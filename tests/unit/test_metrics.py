@@ -31,12 +31,14 @@ def samples(name: str) -> dict[tuple[str, ...], float]:
 
 
 def test_a_jobs_series_follow_its_status_and_go_with_it() -> None:
-    status = {"phase": "Running", "restarts": 2, "totalWorkers": 4, "readyWorkers": 3}
+    status = {"phase": "Running", "restarts": 2, "totalWorkers": 4, "readyWorkers": 3,
+              "resizes": 1}
     metrics.set_job_status("m", "a", status)
     assert samples("multiworker_job_phase")[("m", "a", "Running")] == 1
     assert samples("multiworker_job_restarts")[("m", "a")] == 2
     assert samples("multiworker_job_workers")[("m", "a")] == 4
     assert samples("multiworker_job_ready_workers")[("m", "a")] == 3
+    assert samples("multiworker_job_resizes")[("m", "a")] == 1
     assert ("m", "a") not in samples("multiworker_job_progress_step")  # no report yet
 
     metrics.set_job_status("m", "a", {**status, "phase": "Restarting", "progress": {"step": 7}})

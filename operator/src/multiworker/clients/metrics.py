@@ -90,7 +90,13 @@ JOB_RESTARTS = Gauge(
     "multiworker_job_restarts",
     "Group restarts a job has spent from spec.restartPolicy.maxRestarts (status.restarts).",
     _JOB)
-JOB_WORKERS = Gauge("multiworker_job_workers", "Workers of a job's group (spec.workers).", _JOB)
+JOB_WORKERS = Gauge(
+    "multiworker_job_workers",
+    "Workers of a job's current group (status.totalWorkers: fewer than spec.workers while an "
+    "elastic job is shrunk).", _JOB)
+JOB_RESIZES = Gauge(
+    "multiworker_job_resizes",
+    "Times an elastic job's group was made smaller or larger (status.resizes).", _JOB)
 JOB_READY_WORKERS = Gauge(
     "multiworker_job_ready_workers",
     "Workers of a job's current group that run and are ready (status.readyWorkers).", _JOB)
@@ -101,6 +107,7 @@ JOB_PROGRESS_STEP = Gauge(
 _PER_JOB: tuple[tuple[Gauge, Callable[[Mapping[str, Any]], Any]], ...] = (
     (JOB_RESTARTS, lambda s: s.get("restarts", 0)),
     (JOB_WORKERS, lambda s: s.get("totalWorkers")),
+    (JOB_RESIZES, lambda s: s.get("resizes", 0)),
     (JOB_READY_WORKERS, lambda s: s.get("readyWorkers", 0)),
     (JOB_PROGRESS_STEP, lambda s: (s.get("progress") or {}).get("step")),
 )

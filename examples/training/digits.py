@@ -41,14 +41,17 @@ def main(ctx: runtime.WorkerContext, args: argparse.Namespace) -> None:
     strategy = runtime.make_strategy(ctx)
     with strategy.scope():
         model = build_model(args.learning_rate)
-    global_batch = args.batch_size * ctx.config.num_workers  # even split across workers
+    # The full group's global batch: a smaller one (spec.elastic) trains with its share of it
+    # or, under ScaleLearningRate, with its own workers' batches; the runtime batches.
+    global_batch = args.batch_size * (ctx.config.max_workers or ctx.config.num_workers)
     runtime.fit(
         ctx,
         model,
-        training_data(x_train, y_train, global_batch),
+        training_examples(x_train, y_train),
         epochs=args.epochs,
         steps_per_epoch=math.ceil(len(x_train) / global_batch),  # about one pass per epoch
         checkpoint_every_steps=args.checkpoint_every or None,
+        global_batch=global_batch,
     )
     if args.model_path:
         runtime.save_model(ctx, model, args.model_path)
@@ -96,18 +99,14 @@ def build_model(learning_rate: float) -> keras.Model:
     return model
 
 
-def training_data(x: np.ndarray, y: np.ndarray, global_batch: int) -> tf.data.Dataset:
-    """The same examples on every worker; MWMS splits each global batch across them."""
+def training_examples(x: np.ndarray, y: np.ndarray) -> tf.data.Dataset:
+    """The same examples on every worker, one at a time, in the same order every run;
+    `runtime.fit` batches them and MWMS splits each global batch across the workers."""
     options = tf.data.Options()
     # In-memory data has no files to shard by: shard the batches.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     dataset = tf.data.Dataset.from_tensor_slices((x, y))
-    return (
-        dataset.shuffle(len(x), seed=SHUFFLE_SEED)
-        .repeat()
-        .batch(global_batch)
-        .with_options(options)
-    )
+    return dataset.shuffle(len(x), seed=SHUFFLE_SEED).repeat().with_options(options)
 
 
 def check_accuracy(model: keras.Model, x: np.ndarray, y: np.ndarray, target: float) -> None:

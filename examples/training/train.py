@@ -47,15 +47,18 @@ def main(ctx: runtime.WorkerContext, args: argparse.Namespace) -> None:
     with strategy.scope():
         model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(1)])
         model.compile(optimizer=keras.optimizers.SGD(args.learning_rate), loss="mse")
-    global_batch = args.batch_size * ctx.config.num_workers  # even split across workers
+    # The full group's global batch: a smaller one (spec.elastic) trains with its share of it
+    # or, under ScaleLearningRate, with its own workers' batches; the runtime batches.
+    full_size = ctx.config.max_workers or ctx.config.num_workers
     runtime.fit(
         ctx,
         model,
-        training_data(global_batch),
+        training_examples(),
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
         checkpoint_every_steps=args.checkpoint_every or None,
         callbacks=[TestHooks(ctx, args)],
+        global_batch=args.batch_size * full_size,
     )
     if args.model_path:
         runtime.save_model(ctx, model, args.model_path)
@@ -84,20 +87,16 @@ def examples(seed: int, count: int) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def training_data(global_batch: int) -> tf.data.Dataset:
-    """The same examples on every worker; MWMS shards each batch across them."""
+def training_examples() -> tf.data.Dataset:
+    """The same examples on every worker, one at a time, in the same order every run;
+    `runtime.fit` batches them and MWMS shards each batch across the workers."""
     options = tf.data.Options()
     policy = (
         tf.data.experimental.AutoShardPolicy.DATA
     )  # in-memory data: no files to shard
     options.experimental_distribute.auto_shard_policy = policy
     dataset = tf.data.Dataset.from_tensor_slices(examples(DATA_SEED, EXAMPLES))
-    return (
-        dataset.shuffle(EXAMPLES, seed=1)
-        .repeat()
-        .batch(global_batch)
-        .with_options(options)
-    )
+    return dataset.shuffle(EXAMPLES, seed=1).repeat().with_options(options)
 
 
 def check_target(model: keras.Model, target: float) -> None:

@@ -186,6 +186,29 @@ def test_a_job_waits_for_quota_with_kueues_reason_and_starts_when_the_first_fini
     assert "Admitted" in reasons, reasons
 
 
+def test_an_elastic_job_admitted_in_part_trains_with_the_workers_the_quota_holds(
+    cluster: Cluster, namespace: str, queue: str, kueue_operator: OperatorProcess,
+    jobs: Jobs,
+) -> None:
+    """Kueue's partial admission (#45): 4 workers of 100m, minWorkers 2, against a quota of
+    300m. Kueue admits 3 (podSet minCount), and the group trains with 3 of 4 to the end,
+    through the same Workload."""
+    manifest = job("part", epochs=3)
+    manifest["spec"]["workers"] = 4
+    manifest["spec"]["elastic"] = {"minWorkers": 2}
+    jobs.apply(manifest)
+    jobs.wait_running("part", timeout=180)
+    [workload] = workloads(cluster, namespace)
+    pod_set = workload["spec"]["podSets"][0]
+    assert (pod_set["count"], pod_set["minCount"]) == (4, 2), pod_set
+    assert workload["status"]["admission"]["podSetAssignments"][0]["count"] == 3
+    admitted = [m for _, r, m in jobs.events("part") if r == "Admitted"]
+    assert admitted and admitted[0].startswith("3 of 4 workers"), admitted
+    status = jobs.wait_phase("part", "Succeeded", timeout=300)
+    assert (status["totalWorkers"], status["size"], status["admittedWorkers"]) == \
+        (3, "3/4", 3), status
+
+
 def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_sigterm_checkpoint(
     cluster: Cluster, namespace: str, queue: str, kueue_operator: OperatorProcess,
     jobs: Jobs, checkpoint_claim: str, record_property: Any,

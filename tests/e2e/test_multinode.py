@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from tests.cluster import Cluster
+from tests.e2e.test_elastic import events_of, sized_start, trained_samples
+from tests.e2e.test_gang import GPU
 from tests.e2e.test_recovery import tf_job, wait_checkpointed
 from tests.integration.helm import Release
 from tests.integration.jobs import Jobs, condition, generation_of
@@ -408,3 +410,60 @@ def test_port_blocked_between_nodes_fails_naming_the_unreachable_peer(
     failed = condition(status, "Failed")
     assert failed and peer in failed["message"], failed
     assert any(peer in message for _, _, message in jobs.events(name)), jobs.events(name)
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.usefixtures("operator")
+def test_an_elastic_group_that_lost_a_node_trains_on_smaller_and_grows_back_on_its_return(
+    cluster: Cluster, jobs: Jobs, checkpoint_claim: str, worker_nodes: list[str],
+    outages: Outages, record_property: Any,
+) -> None:
+    """#45 with no spare capacity: 4 workers of 2 GPUs fill both worker nodes' 4 GPUs. The
+    node of the chief stops: the new group cannot be placed whole, so after
+    shrinkAfterSeconds it trains with the 2 that fit, from the state the survivors saved;
+    once the node is back and its room has lasted growAfterSeconds, the group grows back to 4
+    at a checkpoint and succeeds. ScaleLearningRate's sample count runs on across both."""
+    name = "elastic"
+    manifest = tf_job(name, workers=4,
+                      env={"TRAIN_EPOCHS": "40", "TRAIN_STEP_SLEEP": "0.2"},
+                      elastic={"minWorkers": 2, "shrinkAfterSeconds": 20,
+                               "growAfterSeconds": 20, "batch": "ScaleLearningRate"},
+                      health={"collectiveTimeoutSeconds": 1200})
+    manifest["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {GPU: "2"}
+    jobs.apply(manifest)
+    jobs.wait_running(name, generation=0, timeout=300)
+    wait_checkpointed(jobs, name)
+    victim = placement(jobs, name, 0)[0]
+
+    outages.stop(victim)
+    stopped = time.monotonic()
+    jobs.wait(name, "the group shrunk to 2",
+              lambda s: s if s.get("groupWorkers") == 2 else None, timeout=300)
+    sample, step = sized_start(jobs, name, 2)
+    shrunk_in = time.monotonic() - stopped
+    assert step > 0 and sample == step * 128, (sample, step)  # 4 x 32 a step, now 2 x 32
+    assert set(placement(jobs, name, jobs.status(name)["groupGeneration"]).values()) \
+        .isdisjoint({victim})
+    assert "could not be placed" in events_of(jobs, name, "Shrunk")[0]
+
+    outages.end(victim)
+    wait_node_ready(cluster, victim)
+    # What a device plugin does when its node's kubelet starts: (re-)advertise the GPUs.
+    gpus = {GPU: "4"}
+    cluster.kubectl("patch", "node", victim, "--subresource=status", "--type=merge", "-p",
+                    json.dumps({"status": {"capacity": gpus, "allocatable": gpus}}))
+    returned = time.monotonic()
+    jobs.wait(name, "the group grown back to 4",
+              lambda s: s if s.get("resizes") == 2 else None, timeout=300)
+    grown_sample, grown_step = sized_start(jobs, name, 4)
+    grown_in = time.monotonic() - returned
+    assert grown_sample == sample + (grown_step - step) * 64, (grown_sample, grown_step)
+    status = jobs.wait_phase(name, "Succeeded", timeout=900)
+    assert (status["totalWorkers"], status.get("restarts", 0), status.get("resizes")) \
+        == (4, 0, 2), status
+    last, samples = trained_samples(jobs, name)
+    assert samples == grown_sample + (last - grown_step) * 128, (last, samples)
+    record_property("figure: node stopped -> training with 2 of 4 (s)", round(shrunk_in, 1))
+    record_property("figure: node Ready again -> training with 4 of 4 (s)", round(grown_in, 1))
+    print(f"\nelastic: node {victim} stopped -> training with 2 of 4 in {shrunk_in:.1f}s; "
+          f"Ready again -> 4 of 4 in {grown_in:.1f}s")

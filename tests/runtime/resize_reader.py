@@ -3,6 +3,9 @@ runtime/inputs.distribute(skip=...), one collective per step as training has, an
 ids it got at each step to a JSON file. Run by test_resize_inputs.py, one process per worker.
 
 usage: resize_reader.py WORKERS INDEX SKIP STEPS GLOBAL_BATCH OUT PORT...
+
+With MODE=examples in the environment, it reads a dataset of single sample ids through
+inputs.distribute_examples from sample SKIP instead (the input of runtime.fit(global_batch=)).
 """
 
 import json
@@ -16,11 +19,15 @@ os.environ["TF_CONFIG"] = json.dumps({
     "task": {"type": "worker", "index": index}})
 
 import tensorflow as tf
-from multiworker.runtime.inputs import distribute
+from multiworker.runtime.inputs import distribute, distribute_examples
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
-dataset = tf.data.Dataset.range(10**6).batch(global_batch).repeat()
-stream = iter(distribute(strategy, dataset, skip=skip))
+if os.environ.get("MODE") == "examples":
+    examples = tf.data.Dataset.range(10**6).repeat()
+    stream = iter(distribute_examples(strategy, examples, skip, global_batch))
+else:
+    dataset = tf.data.Dataset.range(10**6).batch(global_batch).repeat()
+    stream = iter(distribute(strategy, dataset, skip=skip))
 
 
 @tf.function

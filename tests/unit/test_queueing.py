@@ -401,3 +401,74 @@ def test_a_gang_job_is_admitted_first_then_placed_whole() -> None:
     for pod in cluster.pods.values():
         assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
         assert pod["spec"]["nodeSelector"]["gpu.product"] == "a100"
+
+
+# --- spec.elastic: Kueue's partial admission (podSet minCount) ---
+
+
+def test_an_elastic_job_lets_kueue_admit_as_few_as_its_min_workers() -> None:
+    pod_set = desired_workload(job="demo", namespace="ns", uid="u1", owner={"uid": "u1"},
+                               labels={}, queue="team", workers=3, min_workers=2,
+                               template={"spec": {"containers": [{"name": "c"}]}},
+                               priority=None, priority_value=None)["spec"]["podSets"][0]
+    assert (pod_set["count"], pod_set["minCount"]) == (3, 2)
+    at_min = desired_workload(job="demo", namespace="ns", uid="u1", owner={"uid": "u1"},
+                              labels={}, queue="team", workers=2, min_workers=2,
+                              template={"spec": {"containers": [{"name": "c"}]}},
+                              priority=None, priority_value=None)["spec"]["podSets"][0]
+    assert "minCount" not in at_min and "minCount" not in workload_for(3)["spec"]["podSets"][0]
+
+
+def admit_count(cluster: FakeCluster, count: int) -> None:
+    admit(cluster)
+    the_workload(cluster)["status"]["admission"]["podSetAssignments"][0]["count"] = count
+
+
+def test_admitted_in_part_the_group_starts_at_the_admitted_size_and_keeps_its_workload(
+) -> None:
+    cluster = queued(elastic={"minWorkers": 2})
+    step(cluster)
+    name = the_workload(cluster)["metadata"]["name"]
+    assert the_workload(cluster)["spec"]["podSets"][0]["minCount"] == 2
+    admit_count(cluster, 2)
+    step(cluster)
+    step(cluster)
+    assert sorted(cluster.pods) == PODS[:2]
+    status = cluster.status
+    assert (status["admittedWorkers"], status["totalWorkers"], status["size"]) == (2, 2, "2/3")
+    assert "2 of 3 workers (the quota's partial admission" in queued_condition(cluster)[2]
+    cluster.run()
+    for _ in range(3):
+        step(cluster, 200)  # no grow past what Kueue admitted, however long
+    assert list(cluster.workloads) == [name] and cluster.status["groupGeneration"] == 0
+    assert cluster.status["phase"] == "Running"
+
+
+def test_admitted_whole_an_elastic_job_runs_at_full_size() -> None:
+    cluster = queued(elastic={"minWorkers": 2})
+    step(cluster)
+    admit_count(cluster, 3)
+    step(cluster)
+    assert sorted(cluster.pods) == PODS and "admittedWorkers" not in cluster.status
+
+
+def test_evicted_after_a_partial_admission_it_is_queued_again_for_the_full_size() -> None:
+    cluster = queued(elastic={"minWorkers": 2})
+    step(cluster)
+    admit_count(cluster, 2)
+    step(cluster)
+    step(cluster)
+    cluster.run()
+    step(cluster)
+    evict(cluster)
+    step(cluster)
+    assert "admittedWorkers" not in cluster.status
+    step(cluster)
+    cluster.finish_deletions()
+    step(cluster)
+    step(cluster)
+    w = the_workload(cluster)
+    assert w["spec"]["podSets"][0]["count"] == 3 and "admission" not in w["status"]
+    admit_count(cluster, 3)
+    step(cluster)
+    assert sorted(cluster.pods) == PODS

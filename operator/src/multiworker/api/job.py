@@ -55,6 +55,12 @@ class Job:
     def max_workers(self) -> int:
         return self.full_workers or self.spec.workers
 
+    def sized(self) -> Job:
+        """The job at its current group's size: spec.elastic's (status.groupWorkers), no
+        larger than what Kueue admitted (status.admittedWorkers)."""
+        sizes = [n for n in (self.status.group_workers, self.status.admitted_workers) if n]
+        return self.at_size(min(sizes) if sizes else None)
+
     def at_size(self, workers: int | None) -> Job:
         """The job as its current group is made: spec.workers is the group's size (which
         spec.elastic may make smaller), so every object rendered from it — TF_CONFIG, the

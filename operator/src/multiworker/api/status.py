@@ -122,6 +122,9 @@ class JobStatus(BaseModel):
     (kubectl get's WORKERS column)."""
     group_workers: int | None = None
     """The size spec.elastic gave the current group; unset: spec.workers."""
+    admitted_workers: int | None = None
+    """The workers Kueue admitted, where it admitted fewer than the Workload asked for
+    (spec.elastic's minWorkers: partial admission); the group is no larger."""
     resizes: int = 0
     """Times spec.elastic changed the group's size (shrunk or grown back); neither restart
     budget is spent on them."""

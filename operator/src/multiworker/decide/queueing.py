@@ -75,16 +75,21 @@ def priority_of(labels: Mapping[str, str] | None, template_spec: Mapping[str, An
 def desired_workload(*, job: str, namespace: str, uid: str, owner: Manifest,
                      labels: Mapping[str, str], queue: str, workers: int,
                      template: Mapping[str, Any], priority: Priority | None,
-                     priority_value: int | None, active: bool = True) -> Manifest:
+                     priority_value: int | None, active: bool = True,
+                     min_workers: int | None = None) -> Manifest:
     """The Workload of a job as it is now: one podSet of `workers` pods of the template (its
-    requests, GPUs included, are what Kueue counts). Its name carries a digest of what Kueue
-    cannot change in place (podSets are immutable), so an edited job gets a new one; `active`
-    False (a suspended job) keeps it out of the queue and Kueue evicts it if admitted."""
+    requests, GPUs included, are what Kueue counts), of which Kueue may admit as few as
+    `min_workers` (spec.elastic: Kueue's partial admission, podSet minCount). Its name
+    carries a digest of what Kueue cannot change in place (podSets are immutable), so an
+    edited job gets a new one; `active` False (a suspended job) keeps it out of the queue and
+    Kueue evicts it if admitted."""
     metadata = template.get("metadata") or {}
-    pod_set = {"name": POD_SET, "count": workers, "template": {
+    pod_set: Manifest = {"name": POD_SET, "count": workers, "template": {
         "metadata": {k: dict(v) for k in ("labels", "annotations")
                      if (v := metadata.get(k))},
         "spec": template["spec"]}}
+    if min_workers is not None and min_workers < workers:
+        pod_set["minCount"] = min_workers
     spec: Manifest = {"queueName": queue, "podSets": [pod_set]}
     if priority is not None:
         spec["priorityClassRef"] = {"group": priority.group, "kind": priority.kind,
@@ -128,6 +133,7 @@ class QueueState:
     reserved: bool = False  # holds quota (an evicted one until we clear it)
     preempted: str | None = None  # Kueue's Preempted message: by whom, and why
     flavors: dict[str, str] = field(default_factory=dict)  # resource → ResourceFlavor
+    admitted_workers: int | None = None  # the pods Kueue admitted (fewer: partial admission)
 
 
 def _condition(workload: Manifest, type_: str) -> Manifest | None:
@@ -146,15 +152,18 @@ def read_workload(workload: Manifest) -> QueueState:
     reserved = admission is not None and _true(workload, QUOTA_RESERVED)
     cluster_queue = admission.get("clusterQueue") if admission else None
     flavors: dict[str, str] = {}
+    admitted_workers = None
     for assignment in (admission or {}).get("podSetAssignments") or []:
         flavors |= assignment.get("flavors") or {}
+        if assignment.get("name") == POD_SET and assignment.get("count") is not None:
+            admitted_workers = int(assignment["count"])
     preempted = _condition(workload, PREEMPTED)
     by = preempted.get("message") if preempted and preempted.get("status") == "True" else None
 
     def state(kind: Admission, type_: str, default: str) -> QueueState:
         c = _condition(workload, type_) or {}
         return QueueState(kind, c.get("reason") or kind.value, c.get("message") or default,
-                          cluster_queue, reserved, by, flavors)
+                          cluster_queue, reserved, by, flavors, admitted_workers)
 
     if _true(workload, FINISHED):
         return state(Admission.FINISHED, FINISHED, "finished")

@@ -22,7 +22,8 @@ RECREATE = "Recreate"
 def resize_policy(p: Pass) -> Flow:
     """DONE once it resized the group; else it wakes the pass when a wait ends."""
     s = p.status
-    policy = policy_of(p.job.spec, p.job.max_workers)
+    # Kueue's partial admission caps the size: more needs another admission.
+    policy = policy_of(p.job.spec, s.admitted_workers or p.job.max_workers)
     if policy is None or p.group.stale or s.in_place_since is not None:
         return Flow.CONTINUE
     generation = str(s.group_generation)

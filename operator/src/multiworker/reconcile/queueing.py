@@ -74,8 +74,11 @@ def admit_through_queue(p: Pass) -> Flow:
 def _follow(p: Pass, queue: str, workload: Manifest, state: QueueState) -> Flow:
     """What Kueue's answer means for the group."""
     if state.admission is Admission.ADMITTED:
+        if not _sized_by_admission(p, state):
+            return Flow.DONE
         _admitted(p, queue, workload, state)
         return Flow.CONTINUE
+    p.status.admitted_workers = None
     if state.admission is Admission.FINISHED:
         return Flow.CONTINUE
     if state.admission is Admission.EVICTED:
@@ -140,11 +143,31 @@ def _desired(p: Pass, queue: str) -> Manifest | None:
                   "create it, or remove it from the job")
             return None
         value = int(found.get("value") or 0)
+    elastic = p.job.spec.elastic
     return desired_workload(
         active=not p.job.spec.suspend, job=p.job.name, namespace=p.job.namespace, uid=p.job.uid,
         owner=owner_reference(p.job), labels={names.LABEL_JOB_NAME: p.job.name}, queue=queue,
-        workers=p.job.spec.workers,
+        workers=_requested(p), min_workers=elastic.min_workers if elastic else None,
         template=template, priority=priority, priority_value=value)
+
+
+def _requested(p: Pass) -> int:
+    """The workers the Workload asks for: the group's size as spec.elastic set it, not as
+    Kueue's partial admission capped it (that answer must not change the question)."""
+    return p.job.status.group_workers or p.job.max_workers
+
+
+def _sized_by_admission(p: Pass, state: QueueState) -> bool:
+    """Kueue admitted fewer workers than asked for (partial admission): the group is made at
+    that size. False while this pass still sees the job at another size (the next one is
+    woken at once)."""
+    admitted = state.admitted_workers
+    fewer = admitted if admitted is not None and admitted < _requested(p) else None
+    if fewer == p.status.admitted_workers:
+        return True
+    p.status.admitted_workers = fewer
+    p.wake_in(0)
+    return False
 
 
 def _owned(p: Pass, workload: Manifest) -> bool:
@@ -218,7 +241,10 @@ def _admitted(p: Pass, queue: str, workload: Manifest, state: QueueState) -> Non
     if is_true(p.job.status.conditions, Type.QUEUED) or \
             find(p.job.status.conditions, Type.QUEUED) is None:
         used = ", ".join(f"{r}: {f}" for r, f in sorted(state.flavors.items())) or "none"
-        message = (f"admitted by ClusterQueue {state.cluster_queue} through LocalQueue "
+        part = (f"{p.status.admitted_workers} of {_requested(p)} workers (the quota's "
+                "partial admission, spec.elastic.minWorkers) " if p.status.admitted_workers
+                else "")
+        message = (f"{part}admitted by ClusterQueue {state.cluster_queue} through LocalQueue "
                    f"{queue} (flavors: {used})")
         p.condition(Type.QUEUED, "False", Reason.ADMITTED, message)
         p.emit(Reason.ADMITTED, message)

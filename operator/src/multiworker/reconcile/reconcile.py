@@ -120,7 +120,7 @@ def reconcile(
         return refuse_unreadable_status(cluster, body, e.problems, now)
     except InvalidJobSpec as e:
         return fail_invalid_spec(cluster, body, e.problems, now)
-    job = job.at_size(job.status.group_workers)
+    job = job.sized()
     status = job.status
     pods = cluster.cached_pods(namespace, name)
     group = observe_group(

@@ -26,6 +26,7 @@ from multiworker.runtime.agreement import stop_if_superseded
 from multiworker.runtime.config import RuntimeConfig
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.ownership import JobIdentity, restore_source, write_identity
+from multiworker.runtime.samples import SampleCount, checkpointed
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +34,17 @@ KEEP_CHECKPOINTS = 2  # the previous one survives a crash in the middle of writi
 
 
 class CheckpointStore:
-    """Model + optimizer state; the step is the optimizer's iteration count, saved with it."""
+    """Model + optimizer state; the step is the optimizer's iteration count, saved with it;
+    and the sample count of a run that keeps one (samples.py)."""
 
-    def __init__(self, model: keras.Model, config: RuntimeConfig, directory: str) -> None:
+    def __init__(self, model: keras.Model, config: RuntimeConfig, directory: str,
+                 samples: SampleCount | None = None) -> None:
         self._model = model
+        self._samples = samples
         self._config = config
         self._directory = directory
         self._write_dir = directory if config.is_chief else _temp_dir(config, "checkpoint")
-        self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        self._checkpoint = checkpointed(model, samples)
         self._manager = tf.train.CheckpointManager(
             self._checkpoint, self._write_dir, max_to_keep=KEEP_CHECKPOINTS
         )
@@ -80,11 +84,13 @@ class CheckpointStore:
         if self._survivor is not None and source == self._survivor.path:
             # Written without the manager's save counter (survivors.save); its optimizer may
             # have counted the step that failed: the save names the step its weights reflect.
-            tf.train.Checkpoint(model=self._model, optimizer=self._model.optimizer) \
+            checkpointed(self._model, self._samples, source) \
                 .read(source).assert_existing_objects_matched()  # write()'s counterpart
             self._model.optimizer.iterations.assign(self._survivor.step)
         else:
-            self._checkpoint.restore(source).assert_existing_objects_matched()
+            # One saved without a sample count restores all but it (samples.SampleCount.begin).
+            checkpointed(self._model, self._samples, source) \
+                .restore(source).assert_existing_objects_matched()
         self.last_saved_step = step_of(self._model)
         log.info("restored %s (%s)", source, self.origin(source))
         return self.last_saved_step
@@ -98,6 +104,8 @@ class CheckpointStore:
         if self._config.is_chief and not self._identity_written:
             write_identity(self._directory, JobIdentity.of(self._config))
             self._identity_written = True
+        if self._samples is not None:
+            self._samples.mark(step)
         path = self._manager.save(checkpoint_number=step)
         if self._config.is_chief:
             log.info("checkpoint saved: %s", path)

@@ -60,3 +60,11 @@ def _never_destroy(obj: object) -> None:
     """Leaks one reference, so not even interpreter shutdown runs the blocking destructor;
     the memory goes back to the OS with the process."""
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def distribute_examples(strategy: tf.distribute.Strategy, examples: tf.data.Dataset,
+                        start: int, global_batch: int) -> Any:
+    """A dataset of single examples as Keras should get it in global batches of
+    `global_batch`, from example `start` on: the input of a group whose global batch may differ
+    from the last generation's (spec.elastic; samples.py counts where it stands)."""
+    return distribute(strategy, examples.skip(start).batch(global_batch))

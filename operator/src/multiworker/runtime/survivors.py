@@ -35,6 +35,7 @@ from multiworker.api.contract import SURVIVOR_SAVED
 from multiworker.runtime import fence
 from multiworker.runtime.config import RuntimeConfig
 from multiworker.runtime.files import read_json, write_json
+from multiworker.runtime.samples import SampleCount, checkpointed
 
 log = logging.getLogger(__name__)
 
@@ -157,20 +158,22 @@ class Witness:
         return self.step + 1 if moved else self.step
 
 
-def save(model: keras.Model, config: RuntimeConfig, witness: Witness) -> SurvivorSave | None:
-    """Writes this survivor's replica (fenced: never once a newer generation claimed the
-    directory); None when there is nothing newer to keep or it may not write."""
+def save(model: keras.Model, config: RuntimeConfig, witness: Witness,
+         samples: SampleCount | None = None) -> SurvivorSave | None:
+    """Writes this survivor's replica, and the sample count of a run that keeps one (fenced:
+    never once a newer generation claimed the directory); None when there is nothing newer to
+    keep or it may not write."""
     directory = config.checkpoint_dir
     if directory is None or not config.survivor_saves:
         return None
     with witness.lock:
         if witness.saved is None:
-            witness.saved = _write(model, config, witness, directory)
+            witness.saved = _write(model, config, witness, directory, samples)
         return witness.saved
 
 
-def _write(model: keras.Model, config: RuntimeConfig, witness: Witness, directory: str
-           ) -> SurvivorSave | None:
+def _write(model: keras.Model, config: RuntimeConfig, witness: Witness, directory: str,
+           samples: SampleCount | None) -> SurvivorSave | None:
     step = witness.reflected_step()
     if step is None:
         return None
@@ -184,7 +187,9 @@ def _write(model: keras.Model, config: RuntimeConfig, witness: Witness, director
     where = os.path.join(directory, SURVIVORS_DIR, name)
     shutil.rmtree(where, ignore_errors=True)
     os.makedirs(where, exist_ok=True)
-    tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(os.path.join(where, "ckpt"))
+    if samples is not None:
+        samples.mark(step)
+    checkpointed(model, samples).write(os.path.join(where, "ckpt"))
     seconds = round(time.monotonic() - started, 3)
     state: dict[str, Any] = {"step": step, "generation": config.restart_count,
                              "worker": config.worker_index, "jobUid": config.job_uid,

@@ -23,11 +23,13 @@ from multiworker.runtime.callbacks import (
 from multiworker.runtime.checkpoint import CheckpointStore
 from multiworker.runtime.config import MWJ_CHECKPOINT_DIR, RuntimeConfig
 from multiworker.runtime.context import WorkerContext
-from multiworker.runtime.errors import CollectiveAborted
+from multiworker.runtime.elastic import SCALE_LEARNING_RATE, sized
+from multiworker.runtime.errors import CollectiveAborted, ConfigError
 from multiworker.runtime.exits import write_termination_message
-from multiworker.runtime.inputs import distribute
+from multiworker.runtime.inputs import distribute, distribute_examples
 from multiworker.runtime.progress import Phase
 from multiworker.runtime.resume import plan_segments
+from multiworker.runtime.samples import SampleCount
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ def fit(
     steps_per_epoch: int,
     checkpoint_every_steps: int | None = None,
     callbacks: Sequence[keras.callbacks.Callback] = (),
+    global_batch: int | None = None,
 ) -> None:
     """Trains `model` (built and compiled under the strategy's scope) to `epochs` epochs.
 
@@ -64,23 +67,31 @@ def fit(
     a resumed run starts it at the batch the restored step left off (deterministic pipelines
     then train exactly as an uninterrupted run would). When a peer dies, this worker saves its
     replica before exiting 4 (survivors.py).
+
+    With `global_batch` (the full group's; a job with spec.elastic), `dataset` yields single
+    examples instead, indefinitely and in a deterministic order: the runtime batches them at
+    this generation's global batch and, under ScaleLearningRate, scales the optimizer's
+    learning rate as compiled (elastic.sized), and reads on from the sample the restored
+    checkpoint saved (samples.py).
     """
     witness = survivors.Witness(model)
-    context.stop.last_gasp = lambda signalled: _last_gasp(context, model, witness, signalled)
+    samples = SampleCount() if global_batch else None
+    context.stop.last_gasp = lambda signalled: _last_gasp(context, model, witness, signalled,
+                                                          samples)
     try:
         _fit(context, model, dataset, epochs, steps_per_epoch, checkpoint_every_steps,
-             [WitnessCallback(witness), *callbacks])
+             [WitnessCallback(witness), *callbacks], global_batch, samples)
     except PEER_FAILURES as e:
         log.warning("collective error from TensorFlow:\n%s", e.message)
         message = describe_abort(type(e).__name__, e.message, context.config)
-        saved = _save_survivor(context, model, witness)
+        saved = _save_survivor(context, model, witness, samples)
         if saved is not None:
             message += f"; {SURVIVOR_SAVED} {saved.step}"
         raise CollectiveAborted(message) from e
 
 
 def _last_gasp(context: WorkerContext, model: keras.Model, witness: survivors.Witness,
-               signalled: float) -> bool | None:
+               signalled: float, samples: SampleCount | None) -> bool | None:
     """After a SIGTERM at `signalled` (or an in-place restart: -inf) while training is stuck
     in a collective whose peer is gone: save this replica now (from another thread: the main
     one waits in the collective) and let the caller exit (True). None once a step completed
@@ -89,18 +100,18 @@ def _last_gasp(context: WorkerContext, model: keras.Model, witness: survivors.Wi
         return None
     if not witness.stuck():
         return False
-    saved = _save_survivor(context, model, witness)
+    saved = _save_survivor(context, model, witness, samples)
     message = "SIGTERM while training was stuck in a collective (a peer gone)"
     write_termination_message(message + (f"; {SURVIVOR_SAVED} {saved.step}" if saved else ""))
     return True
 
 
-def _save_survivor(context: WorkerContext, model: keras.Model,
-                   witness: survivors.Witness) -> survivors.SurvivorSave | None:
+def _save_survivor(context: WorkerContext, model: keras.Model, witness: survivors.Witness,
+                   samples: SampleCount | None) -> survivors.SurvivorSave | None:
     """The survivor's save (survivors.py); a failure to save is logged, never raised over the
     abort that caused it."""
     try:
-        saved = survivors.save(model, context.config, witness)
+        saved = survivors.save(model, context.config, witness, samples)
     except Exception:  # the abort is what the operator must hear about
         log.exception("could not save this survivor's state")
         return None
@@ -117,14 +128,19 @@ def _fit(
     steps_per_epoch: int,
     checkpoint_every_steps: int | None,
     callbacks: Sequence[keras.callbacks.Callback],
+    global_batch: int | None,
+    samples: SampleCount | None,
 ) -> None:
     config = context.config
     strategy = model.distribute_strategy
+    # Read before restore() sets the saved one.
+    scaled = bool(global_batch) and config.elastic_batch == SCALE_LEARNING_RATE
+    compiled_rate = _learning_rate(model) if scaled else 0.0
     # Before the store reads the directory: claim it for this generation (the fence) and look
     # for every worker's marker (agreement.py).
     directory = config.checkpoint_dir
     view = enter_directory(strategy, config, directory) if directory else None
-    store = _store(model, config)
+    store = _store(model, config, samples)
     # Agree on the directory and the step before any collective that may differ between
     # workers: restoring builds the optimizer's slots under the strategy, which may run
     # collectives (broadcasts) on a worker that found a checkpoint and not on one that found
@@ -149,8 +165,12 @@ def _fit(
         *callbacks,
     ]
     context.progress.set_phase(Phase.TRAINING)
-    # One iterator for all segments, starting at the batch the restored step left off.
-    data = distribute(strategy, dataset, skip=restored)
+    if global_batch and samples is not None:
+        data = _sized_input(context, model, dataset, global_batch, compiled_rate, samples,
+                            restored)
+    else:
+        # One iterator for all segments, starting at the batch the restored step left off.
+        data = distribute(strategy, dataset, skip=restored)
     _build_once(model)
     for segment in segments:
         model.fit(
@@ -162,6 +182,34 @@ def _fit(
             shuffle=False,  # a tf.data pipeline shuffles itself
             verbose=0,
         )
+    if samples is not None:
+        step = int(model.optimizer.iterations.numpy())
+        log.info("trained to step %d on samples [0, %d)", step, samples.at(step))
+
+
+def _sized_input(context: WorkerContext, model: keras.Model, examples: tf.data.Dataset,
+                 full_batch: int, compiled_rate: float, samples: SampleCount, restored: int
+                 ) -> Any:
+    """The input of this generation's size, from the sample the restored step left off; the
+    learning rate the size calls for (restore() brought back the saved one)."""
+    size = sized(context.config, full_batch, compiled_rate)
+    start = samples.begin(restored, size.global_batch, full_batch)
+    if context.config.elastic_batch == SCALE_LEARNING_RATE:
+        model.optimizer.learning_rate.assign(size.learning_rate)
+    log.info("%d of %d workers: global batch %d, learning rate %.6g, from sample %d (step %d)",
+             size.workers, size.max_workers, size.global_batch,
+             float(model.optimizer.learning_rate.numpy()), start, restored)
+    return distribute_examples(model.distribute_strategy, examples, start, size.global_batch)
+
+
+def _learning_rate(model: keras.Model) -> float:
+    """The learning rate the script compiled, a constant one (ScaleLearningRate scales it)."""
+    rate = model.optimizer._learning_rate
+    if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+        raise ConfigError(["spec.elastic.batch ScaleLearningRate needs a constant learning "
+                           "rate; with a schedule, scale it in the script "
+                           "(runtime.elastic.sized) or choose KeepGlobal"])
+    return float(rate.numpy())
 
 
 def _build_once(model: keras.Model) -> None:
@@ -179,9 +227,10 @@ def _build_once(model: keras.Model) -> None:
     model._maybe_symbolic_build = once
 
 
-def _store(model: keras.Model, config: RuntimeConfig) -> CheckpointStore | None:
+def _store(model: keras.Model, config: RuntimeConfig, samples: SampleCount | None
+           ) -> CheckpointStore | None:
     if config.checkpoint_dir is None:
         log.warning("%s is not set: no checkpoints, a restart starts over", MWJ_CHECKPOINT_DIR)
         return None
-    return CheckpointStore(model, config, config.checkpoint_dir)
+    return CheckpointStore(model, config, config.checkpoint_dir, samples)
 

@@ -139,6 +139,7 @@ def test_a_shrunk_group_is_made_at_its_size_and_knows_the_full_one() -> None:
     (None, True, 3),  # never resized
     (3, True, 3),
     (2, False, 3),  # not elastic (a status from before the field was removed): full size
+    (4, True, 3),  # spec.workers edited below the shrunk size: whole at the new size
 ])
 def test_only_an_elastic_job_s_group_size_differs_from_spec_workers(
     group_workers: int | None, elastic: bool, pods: int

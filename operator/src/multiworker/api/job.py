@@ -65,7 +65,8 @@ class Job:
         """The job as its current group is made: spec.workers is the group's size (which
         spec.elastic may make smaller), so every object rendered from it — TF_CONFIG, the
         ConfigMap, the PodGroup, Kueue's podSet, the pod digest — follows the size."""
-        if workers is None or workers == self.spec.workers or self.spec.elastic is None:
+        # Never above spec.workers: a job edited smaller while shrunk is simply whole.
+        if workers is None or workers >= self.spec.workers or self.spec.elastic is None:
             return self
         return replace(self, spec=self.spec.model_copy(update={"workers": workers}),
                        full_workers=self.max_workers)

@@ -65,7 +65,7 @@ def _required_affinity_allows(node: Mapping[str, Any], pod_spec: Mapping[str, An
 
 
 def _matches(expression: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
-    key, operator = expression.get("key"), expression.get("operator")
+    key, operator = str(expression.get("key")), expression.get("operator")
     wanted = [str(v) for v in expression.get("values") or []]
     value = values.get(key)
     if operator == "In":

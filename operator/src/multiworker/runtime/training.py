@@ -166,12 +166,12 @@ def _fit(
     ]
     context.progress.set_phase(Phase.TRAINING)
     if global_batch and samples is not None:
-        data = _sized_input(context, model, dataset, global_batch, compiled_rate, samples,
-                            restored)
+        data, spec = _sized_input(context, model, dataset, global_batch, compiled_rate,
+                                  samples, restored)
     else:
         # One iterator for all segments, starting at the batch the restored step left off.
-        data = distribute(strategy, dataset, skip=restored)
-    _build_once(model)
+        data, spec = distribute(strategy, dataset, skip=restored), dataset.element_spec
+    _build_from_spec(model, spec)
     for segment in segments:
         model.fit(
             data,
@@ -189,9 +189,10 @@ def _fit(
 
 def _sized_input(context: WorkerContext, model: keras.Model, examples: tf.data.Dataset,
                  full_batch: int, compiled_rate: float, samples: SampleCount, restored: int
-                 ) -> Any:
-    """The input of this generation's size, from the sample the restored step left off; the
-    learning rate the size calls for (restore() brought back the saved one)."""
+                 ) -> tuple[Any, Any]:
+    """The input of this generation's size, from the sample the restored step left off, and
+    its element spec; the learning rate the size calls for (restore() brought back the saved
+    one)."""
     size = sized(context.config, full_batch, compiled_rate)
     start = samples.begin(restored, size.global_batch, full_batch)
     if context.config.elastic_batch == SCALE_LEARNING_RATE:
@@ -199,7 +200,8 @@ def _sized_input(context: WorkerContext, model: keras.Model, examples: tf.data.D
     log.info("%d of %d workers: global batch %d, learning rate %.6g, from sample %d (step %d)",
              size.workers, size.max_workers, size.global_batch,
              float(model.optimizer.learning_rate.numpy()), start, restored)
-    return distribute_examples(model.distribute_strategy, examples, start, size.global_batch)
+    return (distribute_examples(model.distribute_strategy, examples, start, size.global_batch),
+            examples.batch(size.global_batch).element_spec)
 
 
 def _learning_rate(model: keras.Model) -> float:
@@ -212,19 +214,16 @@ def _learning_rate(model: keras.Model) -> float:
     return float(rate.numpy())
 
 
-def _build_once(model: keras.Model) -> None:
-    """Keras's TF trainer takes one batch from the input at the start of every `fit` call to
-    build the model symbolically, then starts a new iterator, so nothing is lost; from the one
-    persistent iterator (inputs.py) that batch is gone. So it builds at the first call only:
-    the segments of a resumed run then train on the batches an uninterrupted run does (each
-    run loses the one batch its first call takes, the same for both)."""
-    original = model._maybe_symbolic_build
-
-    def once(iterator: Any = None, data_batch: Any = None) -> Any:
-        model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
-        return original(iterator=iterator, data_batch=data_batch)
-
-    model._maybe_symbolic_build = once
+def _build_from_spec(model: keras.Model, element_spec: Any) -> None:
+    """Builds the model from the input's element spec, once, and switches off the build
+    Keras's TF trainer does at the start of every `fit` call. That build takes one batch from
+    the input and averages it across the replicas: from the one persistent iterator
+    (inputs.py) the batch would never be trained, and the average is a collective of the
+    batch's shape, which fails when a global batch does not split evenly (43/43/42: an elastic
+    group under KeepGlobal). Keras needs only shapes and dtypes here, which a spec has."""
+    with model.distribute_strategy.scope():
+        model._symbolic_build(data_batch=element_spec)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
 
 
 def _store(model: keras.Model, config: RuntimeConfig, samples: SampleCount | None

@@ -61,7 +61,8 @@ def trained_samples(jobs: Jobs, name: str) -> tuple[int, int]:
 
 
 def test_a_group_short_of_gpus_shrinks_trains_on_and_grows_back(
-    jobs: Jobs, checkpoint_claim: str, gpu_node: str, free_gpus: None  # noqa: F811
+    jobs: Jobs, checkpoint_claim: str, gpu_node: str, free_gpus: None,  # noqa: F811
+    record_property: Any,
 ) -> None:
     jobs.apply(hog("hog", 2, gpu_node))
     manifest = tf_job("elastic", workers=3, env={"TRAIN_EPOCHS": "30"},
@@ -71,13 +72,15 @@ def test_a_group_short_of_gpus_shrinks_trains_on_and_grows_back(
     pin_to(manifest, gpu_node)
     manifest["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {GPU: "1"}
     jobs.apply(manifest)
+    applied = time.monotonic()
     shrunk = jobs.wait("elastic", "the group shrunk to 2",
                        lambda s: s if s.get("groupWorkers") == 2 and s.get("resizes") == 1
                        else None, timeout=180)
     assert (shrunk.get("restarts", 0), shrunk.get("disruptions", 0)) == (0, 0), shrunk
     assert "1 of 3 workers could not be placed" in events_of(jobs, "elastic", "Shrunk")[0]
-    wait_checkpointed(jobs, "elastic")
     assert sized_start(jobs, "elastic", 2) == (0, 0)  # 32 per worker: 64 a step
+    shrunk_in = time.monotonic() - applied
+    wait_checkpointed(jobs, "elastic")
     # The hog's GPUs are not room (the operator asks the API what the node's pods hold).
     held = jobs.wait("elastic", "the room measured",
                      lambda s: s if s.get("phase") == "Running" and "roomWorkers" in s
@@ -86,11 +89,17 @@ def test_a_group_short_of_gpus_shrinks_trains_on_and_grows_back(
     time.sleep(12)  # longer than growAfterSeconds
     assert jobs.get("elastic")["status"]["resizes"] == 1
     jobs.kubectl("delete", "pod", "hog", "--wait=false")
+    freed = time.monotonic()
     grown = jobs.wait("elastic", "the group grown back to 3",
                       lambda s: s if s.get("resizes") == 2 else None, timeout=180)
     assert grown.get("groupWorkers") is None, grown
     assert "growing from 2 to 3 of 3" in events_of(jobs, "elastic", "Grew")[0]
     sample, step = sized_start(jobs, "elastic", 3)
+    grown_in = time.monotonic() - freed
+    record_property("figure: GPUs short at apply -> training with 2 of 3 (s; shrinkAfter 10)",
+                    round(shrunk_in, 1))
+    record_property("figure: GPUs freed -> training with 3 of 3 (s; growAfter 10)",
+                    round(grown_in, 1))
     assert step > 0 and sample == step * 64  # the coordinated checkpoint's count
     status = jobs.wait_phase("elastic", "Succeeded", timeout=600)
     last, samples = trained_samples(jobs, "elastic")

@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from multiworker.api import names
 from multiworker.api.job import Job
 from multiworker.decide.elastic import ElasticPolicy, Resize, Seen, next_size, room
 from multiworker.reconcile.reconcile import reconcile
@@ -264,22 +263,14 @@ def test_a_resize_whose_status_write_failed_is_decided_once() -> None:
 
 
 def test_a_shrunk_group_restarts_in_place_at_its_size() -> None:
-    from tests.unit.test_in_place import held, on_kubelet
+    from tests.unit.test_in_place import held, on_kubelet, start_in_place
 
     cluster = on_kubelet(FakeCluster(job_body(workers=3, elastic={"minWorkers": 2},
                                               restartPolicy={"mode": "InPlace",
                                                              "backoffSeconds": 0})))
     cluster.job["status"] = {"groupWorkers": 2}
-    _step(cluster)
-    cluster.run()
-    for pod in cluster.pods.values():
-        pod["status"]["initContainerStatuses"] = [
-            {"name": names.AGENT_CONTAINER, "state": {"running": {}}},
-            {"name": names.GATE_CONTAINER, "state": {"terminated": {"exitCode": 0}}}]
-        pod["status"]["containerStatuses"][0] |= {"containerID": "containerd://old",
-                                                  "restartCount": 0}
-    _step(cluster)
-    assert cluster.status["phase"] == "Running" and len(cluster.pods) == 2
+    start_in_place(cluster)
+    assert len(cluster.pods) == 2
     held(cluster, 1)
     _step(cluster)
     assert (cluster.status["restartPath"], cluster.status["restarts"]) == ("InPlace", 1)

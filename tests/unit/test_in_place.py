@@ -41,7 +41,11 @@ IN_PLACE = {"mode": "InPlace"}
 
 def running(**spec: Any) -> FakeCluster:
     spec["restartPolicy"] = {**IN_PLACE, **spec.get("restartPolicy", {})}
-    cluster = on_kubelet(make(**spec))
+    return start_in_place(on_kubelet(make(**spec)))
+
+
+def start_in_place(cluster: FakeCluster) -> FakeCluster:
+    """The job's group created and running, its agents up: an in-place restart can start."""
     step(cluster)
     cluster.run()
     for pod in cluster.pods.values():

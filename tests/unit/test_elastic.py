@@ -275,3 +275,22 @@ def test_a_shrunk_group_restarts_in_place_at_its_size() -> None:
     _step(cluster)
     assert (cluster.status["restartPath"], cluster.status["restarts"]) == ("InPlace", 1)
     assert cluster.status["groupWorkers"] == 2 and len(cluster.pods) == 2
+
+
+def test_a_job_edited_while_shrunk_keeps_its_group_and_grows_to_the_new_size() -> None:
+    """spec.workers 3 -> 4 while shrunk to 2: the running group stays (its TF_CONFIG is
+    still right), the size reads 2/4, and room for 4 grows it to 4."""
+    cluster = FakeCluster(job_body(workers=3, elastic={"minWorkers": 2}, template=GPU_TEMPLATE))
+    cluster.job["status"] = {"groupWorkers": 2}
+    cluster.nodes["node-1"] = gpu_node(2)
+    _step(cluster)
+    cluster.run()
+    _step(cluster)
+    cluster.set_spec(workers=4)
+    _step(cluster)
+    status = cluster.status
+    assert (status["groupGeneration"], status["size"], len(cluster.pods)) == (0, "2/4", 2)
+    cluster.nodes["node-1"] = gpu_node(4)
+    _step(cluster)
+    _step(cluster, 121)
+    assert cluster.events[-1][1] == "Grew" and "growing from 2 to 4 of 4" in cluster.events[-1][2]

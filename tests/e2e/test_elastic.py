@@ -1,5 +1,5 @@
-"""spec.elastic with real TensorFlow on the local cluster's 4-GPU node (#45): a pod that is not
-the job's holds two GPUs, so a 3-worker job (minWorkers 2) is placed 2 of 3; after
+"""spec.elastic with real TensorFlow on the local cluster's 4-GPU node (#45): a pod of another
+namespace holds two GPUs, so a 3-worker job (minWorkers 2) is placed 2 of 3; after
 shrinkAfterSeconds it trains with 2, and once the GPUs are free for growAfterSeconds it grows
 back to 3 at a checkpoint and succeeds, resuming from it, with no budget spent. Under
 ScaleLearningRate each worker keeps its batch, so the global batch follows the size, and the
@@ -7,6 +7,7 @@ runtime's sample count shows every sample trained once."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -62,9 +63,15 @@ def trained_samples(jobs: Jobs, name: str) -> tuple[int, int]:
 
 def test_a_group_short_of_gpus_shrinks_trains_on_and_grows_back(
     jobs: Jobs, checkpoint_claim: str, gpu_node: str, free_gpus: None,  # noqa: F811
-    record_property: Any,
+    record_property: Any, request: pytest.FixtureRequest,
 ) -> None:
-    jobs.apply(hog("hog", 2, gpu_node))
+    # Another tenant: a pod in a namespace of its own, which the operator does not watch.
+    other = f"{jobs.namespace}-other"[:63]
+    jobs.cluster.kubectl("create", "namespace", other)
+    request.addfinalizer(lambda: jobs.cluster.kubectl("delete", "namespace", other,
+                                                      "--wait=false", check=False))
+    jobs.cluster.kubectl("-n", other, "apply", "-f", "-",
+                         input=json.dumps(hog("hog", 2, gpu_node)))
     manifest = tf_job("elastic", workers=3, env={"TRAIN_EPOCHS": "30"},
                       elastic={"minWorkers": 2, "shrinkAfterSeconds": 10,
                                "growAfterSeconds": 10, "batch": "ScaleLearningRate"},
@@ -88,7 +95,7 @@ def test_a_group_short_of_gpus_shrinks_trains_on_and_grows_back(
     assert held["roomWorkers"] == 2 and held.get("roomSince") is None, held
     time.sleep(12)  # longer than growAfterSeconds
     assert jobs.get("elastic")["status"]["resizes"] == 1
-    jobs.kubectl("delete", "pod", "hog", "--wait=false")
+    jobs.cluster.kubectl("-n", other, "delete", "pod", "hog", "--wait=false")
     freed = time.monotonic()
     grown = jobs.wait("elastic", "the group grown back to 3",
                       lambda s: s if s.get("resizes") == 2 else None, timeout=180)

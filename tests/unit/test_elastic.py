@@ -4,12 +4,20 @@ the nodes have for its workers."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from multiworker.api.job import Job
-from multiworker.decide.elastic import ElasticPolicy, Resize, Seen, next_size, room
+from multiworker.decide.elastic import (
+    ElasticPolicy,
+    Resize,
+    Seen,
+    next_size,
+    refused_since,
+    room,
+)
 from multiworker.reconcile.reconcile import reconcile
 
 from tests.unit.builders import NAMESPACE, job_body
@@ -58,14 +66,33 @@ def test_the_next_generation_s_size(state: Seen, size: int | None) -> None:
     assert (decided.workers if decided else None) == size
 
 
-def test_each_resize_says_why() -> None:
-    shrunk = next_size(POLICY, seen(placed=3, refused=75), NOW)
+def test_each_resize_says_why_and_names_the_capacity() -> None:
+    refusal = "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) had " \
+              "untolerated taint {node.kubernetes.io/unreachable: }."
+    shrunk = next_size(POLICY, replace(seen(placed=3, refused=75), refusal=refusal), NOW)
     assert shrunk == Resize(3, "1 of 4 workers could not be placed for 75s "
                                "(spec.elastic.shrinkAfterSeconds 60): training on with 3 "
-                               "(minWorkers 2)")
-    grown = next_size(POLICY, seen(workers=2, room=3, room_for=130, resized=400), NOW)
-    assert grown == Resize(3, "room for 1 more workers for 130s: growing from 2 to 3 of 4")
+                               f"(minWorkers 2); the scheduler: {refusal}")
+    grown = next_size(POLICY, replace(seen(workers=2, room=3, room_for=130, resized=400),
+                                      room_on=(("node-a", 2), ("node-b", 0), ("node-c", 1))),
+                      NOW)
+    assert grown == Resize(3, "room for 1 more workers for 130s: growing from 2 to 3 of 4 "
+                              "(workers each node holds: node-a 2, node-c 1)")
     assert grown.grows(2) and not shrunk.grows(4)
+    long = next_size(POLICY, replace(seen(placed=3, refused=75), refusal="x" * 400), NOW)
+    assert long is not None and long.why.endswith("x…") and len(long.why) < 450
+
+
+def test_the_longest_refused_pod_is_the_one_counted_and_quoted() -> None:
+    def pod(stamp: str, message: str) -> dict[str, Any]:
+        return {"status": {"conditions": [{"type": "PodScheduled", "status": "False",
+                                           "reason": "Unschedulable", "message": message,
+                                           "lastTransitionTime": stamp}]}}
+    scheduled = {"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}
+    assert refused_since([scheduled]) == (None, "")
+    assert refused_since([pod("2026-01-01T12:00:10Z", "later"), scheduled,
+                          pod("2026-01-01T12:00:00Z", "first")]) == \
+        (datetime(2026, 1, 1, 12, 0, tzinfo=UTC), "first")
 
 
 def node(name: str, gpus: int = 4, cpu: str = "16", ready: bool = True,
@@ -175,6 +202,8 @@ def test_a_group_that_cannot_be_placed_whole_shrinks_after_the_wait_spending_not
     assert (status.get("restarts", 0), status.get("disruptions", 0)) == (0, 0)
     reason, message = cluster.events[-1][1:]
     assert reason == "Shrunk" and "1 of 3 workers could not be placed for 61s" in message
+    assert message.endswith("the scheduler: 0/1 nodes are available: 1 Insufficient "
+                            "nvidia.com/gpu.")
     _step(cluster)  # the old pods go with their grace period (the SIGTERM checkpoint)
     cluster.finish_deletions()
     _step(cluster)
@@ -207,7 +236,8 @@ def test_a_shrunk_group_grows_back_once_room_for_more_has_lasted() -> None:
     assert (status["groupGeneration"], status.get("groupWorkers"), status["resizes"]) == \
         (1, None, 1)
     assert cluster.events[-1][1] == "Grew"
-    assert "growing from 2 to 3 of 3" in cluster.events[-1][2]
+    assert cluster.events[-1][2].endswith("growing from 2 to 3 of 3 "
+                                          "(workers each node holds: node-1 3)")
 
 
 def test_room_that_comes_and_goes_grows_nothing() -> None:

@@ -64,6 +64,8 @@ class Seen:
     room: int  # workers the nodes hold, the job's own pods not counted against them (room())
     room_since: datetime | None  # since when the room has held more than `workers`
     resized_at: datetime | None  # the last resize
+    refusal: str = ""  # the scheduler's words for the longest-refused pod
+    room_on: tuple[tuple[str, int], ...] = ()  # (node, workers its room holds), room's parts
 
 
 def next_size(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None:
@@ -79,11 +81,12 @@ def _shrink(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None:
     target = max(policy.min_workers, seen.placed)
     if waited < policy.shrink_after or target >= seen.workers:
         return None
+    said = f"; the scheduler: {_clip(seen.refusal)}" if seen.refusal else ""
     return Resize(target, f"{seen.workers - seen.placed} of {seen.workers} workers could not "
                           f"be placed for {waited.total_seconds():.0f}s "
                           f"(spec.elastic.shrinkAfterSeconds "
                           f"{policy.shrink_after.total_seconds():g}): training on with "
-                          f"{target} (minWorkers {policy.min_workers})")
+                          f"{target} (minWorkers {policy.min_workers}){said}")
 
 
 def _grow(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None:
@@ -94,9 +97,15 @@ def _grow(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None:
     if now - settled_since < policy.grow_after:
         return None
     target = min(policy.max_workers, seen.room)
+    where = ", ".join(f"{node} {n}" for node, n in seen.room_on if n)
     return Resize(target, f"room for {target - seen.workers} more workers for "
                           f"{(now - settled_since).total_seconds():.0f}s: growing from "
-                          f"{seen.workers} to {target} of {policy.max_workers}")
+                          f"{seen.workers} to {target} of {policy.max_workers}"
+                          + (f" (workers each node holds: {where})" if where else ""))
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def policy_of(spec: MultiWorkerJobSpec, max_workers: int) -> ElasticPolicy | None:
@@ -108,19 +117,24 @@ def policy_of(spec: MultiWorkerJobSpec, max_workers: int) -> ElasticPolicy | Non
                          grow_after=timedelta(seconds=elastic.grow_after_seconds))
 
 
-def refused_since(pods: Iterable[Manifest]) -> datetime | None:
+def refused_since(pods: Iterable[Manifest]) -> tuple[datetime | None, str]:
     """Since when the scheduler has refused the longest-refused of `pods` (PodScheduled
     False, Unschedulable: its lastTransitionTime, the API server's clock, so an operator that
-    restarts mid-wait counts on from the same moment); None: none is refused."""
-    times = []
+    restarts mid-wait counts on from the same moment), and its words for it; (None, ""):
+    none is refused."""
+    refusals = []
     for pod in pods:
         for condition in (pod.get("status") or {}).get("conditions") or []:
             if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
                     and condition.get("reason") == "Unschedulable":
                 stamp = condition.get("lastTransitionTime")
                 if stamp:
-                    times.append(datetime.fromisoformat(str(stamp).replace("Z", "+00:00")))
-    return min(times, default=None)
+                    refusals.append((datetime.fromisoformat(str(stamp).replace("Z", "+00:00")),
+                                     str(condition.get("message") or "")))
+    if not refusals:
+        return None, ""
+    when, words = min(refusals, key=lambda r: r[0])
+    return when, words
 
 
 def room(nodes: Iterable[Manifest], pods: Iterable[Manifest], pod_spec: Manifest,
@@ -129,27 +143,35 @@ def room(nodes: Iterable[Manifest], pods: Iterable[Manifest], pod_spec: Manifest
     that may host one (Ready ones only). The job's own pods do not count against it: they
     are the ones being replaced. A worker that requests nothing fits nowhere by this count
     (the scheduler alone can say), so growing then waits for a refusal-free generation."""
+    return sum(room_on_nodes(nodes, pods, pod_spec, job_uid).values())
+
+
+def room_on_nodes(nodes: Iterable[Manifest], pods: Iterable[Manifest], pod_spec: Manifest,
+                  job_uid: str) -> dict[str, int]:
+    """room(), node by node: the nodes that may host a worker, each with the workers it
+    holds."""
     worker = {"spec": pod_spec}
     wanted = {r: pod_request(worker, r) for r in _resources(pod_spec)}
     wanted = {r: amount for r, amount in wanted.items() if amount > 0}
     if not wanted:
-        return 0
+        return {}
     used: dict[str, dict[str, Decimal]] = {}
     for pod in pods:
         if holds_resources(pod) and not controlled_by(pod.get("metadata") or {}, job_uid):
             on = used.setdefault(pod["spec"]["nodeName"], {})
             for resource in wanted:
                 on[resource] = on.get(resource, Decimal(0)) + pod_request(pod, resource)
-    total = 0
+    found = {}
     for node in nodes:
         if not _ready(node) or not may_host(node, pod_spec):
             continue
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        on = used.get((node.get("metadata") or {}).get("name", ""), {})
-        total += min(int(max(Decimal(0), parse_or_zero(allocatable.get(r) or 0)
-                             - on.get(r, Decimal(0))) // amount)
-                     for r, amount in wanted.items())
-    return total
+        name = str((node.get("metadata") or {}).get("name", ""))
+        on = used.get(name, {})
+        found[name] = min(int(max(Decimal(0), parse_or_zero(allocatable.get(r) or 0)
+                                  - on.get(r, Decimal(0))) // amount)
+                          for r, amount in wanted.items())
+    return found
 
 
 def _resources(pod_spec: Manifest) -> set[str]:

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from multiworker.api import names
 from multiworker.api.conditions import Reason, Type
-from multiworker.decide.elastic import Resize, Seen, next_size, policy_of, refused_since, room
+from multiworker.decide.elastic import (
+    Resize,
+    Seen,
+    next_size,
+    policy_of,
+    refused_since,
+    room_on_nodes,
+)
 from multiworker.decide.fit import may_host
 from multiworker.decide.observe import WorkerPhase
 from multiworker.reconcile.context import Flow, Pass
@@ -29,14 +36,16 @@ def resize_policy(p: Pass) -> Flow:
     generation = str(s.group_generation)
     current = [pod for pod in p.pods if (pod["metadata"].get("labels") or {}).get(
         names.LABEL_GROUP_GENERATION) == generation]
-    refused = refused_since(pod for pod in current if not (pod.get("spec") or {}).get("nodeName"))
-    _follow_room(p, refused is None and p.group.all_running and
-                 len(p.group.workers) < policy.max_workers)
+    refused, refusal = refused_since(pod for pod in current
+                                     if not (pod.get("spec") or {}).get("nodeName"))
+    room_on = _follow_room(p, refused is None and p.group.all_running and
+                           len(p.group.workers) < policy.max_workers)
     seen = Seen(workers=len(p.group.workers),
                 placed=sum(1 for w in p.group.workers if w.node
                            and w.phase is not WorkerPhase.MISSING),
                 refused_since=refused, room=s.room_workers, room_since=s.room_since,
-                resized_at=s.last_resize_time)
+                resized_at=s.last_resize_time, refusal=refusal,
+                room_on=tuple(sorted(room_on.items())))
     decided = next_size(policy, seen, p.now)
     if decided is None:
         if refused is not None:
@@ -48,13 +57,14 @@ def resize_policy(p: Pass) -> Flow:
     return Flow.DONE
 
 
-def _follow_room(p: Pass, shrunk_and_running: bool) -> None:
+def _follow_room(p: Pass, shrunk_and_running: bool) -> dict[str, int]:
     """status.roomWorkers/roomSince: how many workers the nodes hold now, and since when more
-    than the group has (kept in the status: an operator restarted meanwhile waits on)."""
+    than the group has (kept in the status: an operator restarted meanwhile waits on); the
+    room node by node."""
     s = p.status
     if not shrunk_and_running:
         s.room_workers, s.room_since = 0, None
-        return
+        return {}
     pod_spec = render_worker_pod(p.job, 0, s.group_generation, owner_reference(p.job),
                                  gpu_product=s.gpu_product)["spec"]
     nodes = [n for n in p.cluster.cached_nodes() if may_host(n, pod_spec)]
@@ -62,13 +72,15 @@ def _follow_room(p: Pass, shrunk_and_running: bool) -> None:
     on_nodes = [p.cluster.pods_on_node(str(n["metadata"]["name"])) for n in nodes]
     if any(pods is None for pods in on_nodes):
         s.room_workers, s.room_since = 0, None  # unknown: never grow blind
-        return
-    s.room_workers = room(nodes, [pod for pods in on_nodes for pod in pods or []], pod_spec,
+        return {}
+    found = room_on_nodes(nodes, [pod for pods in on_nodes for pod in pods or []], pod_spec,
                           p.job.uid)
+    s.room_workers = sum(found.values())
     if s.room_workers <= len(p.group.workers):
         s.room_since = None
     elif s.room_since is None:
         s.room_since = p.now
+    return found
 
 
 def resize_group(p: Pass, resize: Resize, max_workers: int) -> None:

@@ -200,6 +200,27 @@ def _containers(job: Obj) -> list[Obj]:
     return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
 
 
+def _min_above_workers(job: Obj) -> bool:
+    minimum, workers = _get(job, "spec", "elastic", "minWorkers"), _get(job, "spec", "workers")
+    return isinstance(minimum, int) and isinstance(workers, int) and minimum > workers
+
+
+def _lower_min_workers(job: Obj) -> None:
+    if _min_above_workers(job):
+        _spec(job)["elastic"]["minWorkers"] = _spec(job)["workers"]
+
+
+def _raise_min_workers(job: Obj) -> None:
+    """minWorkers one above workers, both within their bounds (1..1024)."""
+    workers = _get(job, "spec", "workers")
+    workers = min(workers, 1023) if isinstance(workers, int) and workers >= 1 else 1
+    _spec(job)["workers"] = workers
+    elastic = _spec(job).get("elastic")
+    if not isinstance(elastic, dict):
+        elastic = _spec(job)["elastic"] = {}
+    elastic["minWorkers"] = workers + 1
+
+
 def _container_restarts(job: Obj) -> bool:
     return any("restartPolicy" in c or "restartPolicyRules" in c for c in _containers(job))
 
@@ -247,6 +268,8 @@ RULES = [
     Rule("spec.template.spec.containers[].restartPolicy and restartPolicyRules must be unset",
          "spec.template.spec.containers[0].restartPolicy", _container_restarts,
          _drop_container_restarts, _restart_one_container),
+    Rule("spec.elastic.minWorkers must not exceed spec.workers", "spec.elastic.minWorkers",
+         _min_above_workers, _lower_min_workers, _raise_min_workers),
     Rule("spec.template.spec.hostNetwork must be false or unset",
          "spec.template.spec.hostNetwork",
          lambda j: _get(j, "spec", "template", "spec", "hostNetwork") is True,

@@ -14,12 +14,13 @@ import pytest
 import yaml
 
 from tests.cluster import REPO, Cluster
+from tests.e2e.test_gang import free_gpus, gpu_node  # noqa: F401 (fixtures)
 from tests.integration.helm import Release
 from tests.integration.jobs import Jobs, env_of
 from tests.support import USES_NODE_GPUS, alone, wait_for
 
 EXAMPLES = REPO / "examples"
-APPLIED_HERE = {"checkpoint-pvc.yaml", "cpu-job.yaml", "gpu-job.yaml"}
+APPLIED_HERE = {"checkpoint-pvc.yaml", "cpu-job.yaml", "gpu-job.yaml", "elastic-job.yaml"}
 Obj = dict[str, Any]
 
 
@@ -87,12 +88,15 @@ def test_cpu_example_learns_the_digits_through_the_helm_installed_operator(
         f"/checkpoints/{jobs.namespace}/{name}-{uid}")
 
 
-@pytest.mark.usefixtures("worker_image", "operator")
+@pytest.mark.usefixtures("worker_image", "operator", "free_gpus")
 @USES_NODE_GPUS
+@pytest.mark.parametrize("file", ["gpu-job.yaml", "elastic-job.yaml"])
 def test_gpu_example_requests_a_gpu_per_worker_and_learns(
-    jobs: Jobs, checkpoint_claim: str
+    jobs: Jobs, checkpoint_claim: str, file: str
 ) -> None:
-    (manifest,) = example("gpu-job.yaml")
+    """The GPU example, and the elastic one (the same job with spec.elastic: whole here, its
+    4 GPUs free, so it trains at full size; test_elastic.py shrinks one)."""
+    (manifest,) = example(file)
     container = manifest["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     container["image"] = "multiworker.local/worker:dev"
@@ -102,7 +106,7 @@ def test_gpu_example_requests_a_gpu_per_worker_and_learns(
 
     status = jobs.wait_phase(name, "Succeeded", timeout=480)
 
-    assert status["restarts"] == 0, status
+    assert (status["restarts"], status["totalWorkers"]) == (0, workers), status
     pods = jobs.pods(name)
     assert len(pods) == workers
     for pod in pods:

@@ -18,7 +18,7 @@ import pytest
 from tests.cluster import REPO, Cluster, load_images
 from tests.integration.helm import CHART, Release, values_file
 from tests.integration.jobs import Jobs, job
-from tests.support import wait_for
+from tests.support import alone, wait_for
 
 # The release an upgrade starts from: the last one landed (stop 48, 2026-11-27). Move it
 # forward when a release lands; a clone without this commit (shallow) cannot run the test.
@@ -81,6 +81,9 @@ def operator_images(release: Release) -> set[str]:
 
 
 @pytest.mark.usefixtures("images")  # the jobs run the base image: alone, nothing else loads it
+@alone("its in-place restart must stop the old trainers within the operator's 15 s bound "
+       "(decide/inplace.STOP_BOUND): beside two other tests on a 2-core CI machine one ran "
+       "past it once, and the restart fell back to recreating the pods")
 def test_an_upgrade_restarts_nothing_and_the_new_operator_recovers_both_kinds_of_job(
     cluster: Cluster, release: Release, jobs: Jobs, previous_chart: Path, previous_image: str,
     tmp_path: Path,

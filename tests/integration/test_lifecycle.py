@@ -204,7 +204,11 @@ def test_checkpoint_volume_survives_a_group_restart(jobs: Jobs) -> None:
     script = """
         mkdir -p "$MWJ_CHECKPOINT_DIR"
         echo "generation $MWJ_RESTART_COUNT worker $MWJ_WORKER_INDEX" >> "$MWJ_CHECKPOINT_DIR/log"
-        if [ "$MWJ_WORKER_INDEX" = 0 ] && [ "$MWJ_RESTART_COUNT" = 0 ]; then sleep 1; exit 1; fi
+        if [ "$MWJ_WORKER_INDEX" = 0 ] && [ "$MWJ_RESTART_COUNT" = 0 ]; then
+          # fail only once worker 1 has written: on a loaded node it may start seconds later
+          for i in $(seq 120); do grep -q "worker 1" "$MWJ_CHECKPOINT_DIR/log" && break; sleep 1; done
+          exit 1
+        fi
         exec sleep 3600
     """
     try:

@@ -60,6 +60,9 @@ def seen(workers: int = 4, placed: int = 4, refused: float | None = None, room: 
     (seen(workers=3, room=3, room_for=500), None),  # no room beyond itself
     (seen(workers=4, room=8, room_for=500), None),  # full size
     (seen(workers=3, placed=2, refused=10, room=4, room_for=500), None),  # refused: no growing
+    # minWorkers edited above a shrunk size: that size at once, room or not, refused or not
+    (seen(workers=1, placed=1), 2),
+    (seen(workers=1, placed=0, refused=600), 2),
 ])
 def test_the_next_generation_s_size(state: Seen, size: int | None) -> None:
     decided = next_size(POLICY, state, NOW)
@@ -324,3 +327,30 @@ def test_a_job_edited_while_shrunk_keeps_its_group_and_grows_to_the_new_size() -
     _step(cluster)
     _step(cluster, 121)
     assert cluster.events[-1][1] == "Grew" and "growing from 2 to 4 of 4" in cluster.events[-1][2]
+
+
+def test_a_job_edited_to_more_min_workers_than_its_shrunk_size_grows_to_them_at_once() -> None:
+    """minWorkers 2 -> 3 while shrunk to 2 and short of GPUs: the next generation has 3 (the
+    job asked never to train with fewer); the one it cannot place waits, and nothing shrinks
+    it below 3 again."""
+    cluster = FakeCluster(job_body(workers=4, elastic={"minWorkers": 2}, template=GPU_TEMPLATE))
+    cluster.job["status"] = {"groupWorkers": 2}
+    cluster.nodes["node-1"] = gpu_node(2)
+    _step(cluster)
+    cluster.run()
+    _step(cluster)
+    cluster.set_spec(elastic={"minWorkers": 3})
+    _step(cluster)
+    status = cluster.status
+    assert (status["groupGeneration"], status["groupWorkers"], status["resizes"]) == (1, 3, 1)
+    assert cluster.events[-1][1] == "Grew"
+    assert "minWorkers is 3, more than the 2 the group has: growing from 2 to 3 of 4" in \
+        cluster.events[-1][2]
+    _step(cluster)
+    cluster.finish_deletions()
+    _step(cluster)
+    assert sorted(cluster.pods) == [f"demo-worker-{i}" for i in range(3)]
+    cluster.run(0, 1)
+    refused(cluster, 2)
+    _step(cluster, 600)
+    assert (cluster.status["groupGeneration"], cluster.status["resizes"]) == (1, 1)

@@ -70,6 +70,8 @@ class Seen:
 
 def next_size(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None:
     """A different size for the next generation, or None: keep this one."""
+    if seen.workers < min(policy.min_workers, policy.max_workers):
+        return _raise_to_minimum(policy, seen)
     if seen.refused_since is not None:
         return _shrink(policy, seen, now)
     return _grow(policy, seen, now)
@@ -87,6 +89,16 @@ def _shrink(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None:
                           f"(spec.elastic.shrinkAfterSeconds "
                           f"{policy.shrink_after.total_seconds():g}): training on with "
                           f"{target} (minWorkers {policy.min_workers}){said}")
+
+
+def _raise_to_minimum(policy: ElasticPolicy, seen: Seen) -> Resize:
+    """minWorkers edited above a shrunk group's size: the job asked never to train with fewer,
+    so the next generation has minWorkers now, without waiting for room (placed short, it
+    waits like any group whose pods are refused; it never shrinks below minWorkers)."""
+    target = min(policy.min_workers, policy.max_workers)
+    return Resize(target, f"spec.elastic.minWorkers is {policy.min_workers}, more than the "
+                          f"{seen.workers} the group has: growing from {seen.workers} to "
+                          f"{target} of {policy.max_workers}")
 
 
 def _grow(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None:

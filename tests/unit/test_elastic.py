@@ -221,12 +221,19 @@ def gpu_node(gpus: int) -> dict[str, Any]:
                        "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
-def test_a_shrunk_group_grows_back_once_room_for_more_has_lasted() -> None:
-    cluster = FakeCluster(job_body(workers=3, elastic={"minWorkers": 2}, template=GPU_TEMPLATE))
+def shrunk_to_2(workers: int, gpus: int) -> FakeCluster:
+    """A job of `workers` (minWorkers 2) whose group runs shrunk to 2 on a node of `gpus`."""
+    cluster = FakeCluster(job_body(workers=workers, elastic={"minWorkers": 2},
+                                   template=GPU_TEMPLATE))
     cluster.job["status"] = {"groupWorkers": 2}
-    cluster.nodes["node-1"] = gpu_node(2)  # room for 2: the group's own
+    cluster.nodes["node-1"] = gpu_node(gpus)
     _step(cluster)
     cluster.run()
+    return cluster
+
+
+def test_a_shrunk_group_grows_back_once_room_for_more_has_lasted() -> None:
+    cluster = shrunk_to_2(3, 2)  # room for 2: the group's own
     _step(cluster)
     assert cluster.status["phase"] == "Running" and cluster.status.get("roomSince") is None
     cluster.nodes["node-1"] = gpu_node(3)  # a GPU freed
@@ -244,11 +251,7 @@ def test_a_shrunk_group_grows_back_once_room_for_more_has_lasted() -> None:
 
 
 def test_room_that_comes_and_goes_grows_nothing() -> None:
-    cluster = FakeCluster(job_body(workers=3, elastic={"minWorkers": 2}, template=GPU_TEMPLATE))
-    cluster.job["status"] = {"groupWorkers": 2}
-    cluster.nodes["node-1"] = gpu_node(3)
-    _step(cluster)
-    cluster.run()
+    cluster = shrunk_to_2(3, 3)
     _step(cluster, 100)
     cluster.nodes["node-1"] = gpu_node(2)  # taken again before growAfter
     _step(cluster, 30)
@@ -313,11 +316,7 @@ def test_a_shrunk_group_restarts_in_place_at_its_size() -> None:
 def test_a_job_edited_while_shrunk_keeps_its_group_and_grows_to_the_new_size() -> None:
     """spec.workers 3 -> 4 while shrunk to 2: the running group stays (its TF_CONFIG is
     still right), the size reads 2/4, and room for 4 grows it to 4."""
-    cluster = FakeCluster(job_body(workers=3, elastic={"minWorkers": 2}, template=GPU_TEMPLATE))
-    cluster.job["status"] = {"groupWorkers": 2}
-    cluster.nodes["node-1"] = gpu_node(2)
-    _step(cluster)
-    cluster.run()
+    cluster = shrunk_to_2(3, 2)
     _step(cluster)
     cluster.set_spec(workers=4)
     _step(cluster)
@@ -333,11 +332,7 @@ def test_a_job_edited_to_more_min_workers_than_its_shrunk_size_grows_to_them_at_
     """minWorkers 2 -> 3 while shrunk to 2 and short of GPUs: the next generation has 3 (the
     job asked never to train with fewer); the one it cannot place waits, and nothing shrinks
     it below 3 again."""
-    cluster = FakeCluster(job_body(workers=4, elastic={"minWorkers": 2}, template=GPU_TEMPLATE))
-    cluster.job["status"] = {"groupWorkers": 2}
-    cluster.nodes["node-1"] = gpu_node(2)
-    _step(cluster)
-    cluster.run()
+    cluster = shrunk_to_2(4, 2)
     _step(cluster)
     cluster.set_spec(elastic={"minWorkers": 3})
     _step(cluster)

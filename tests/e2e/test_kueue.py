@@ -258,7 +258,7 @@ def test_two_gpu_products_as_two_flavors_place_every_worker_on_the_admitted_ones
     products = {"first": f"mw-gpu-a-{suffix}", "second": f"mw-gpu-b-{suffix}"}
     nodes = {k: FakeNode(cluster, {PRODUCT: v}, gpus=4) for k, v in products.items()}
     flavors = {k: f"mw-{k}-{suffix}" for k in products}
-    toleration = {"key": "multiworker.test/gpus", "operator": "Exists", "effect": "NoSchedule"}
+    toleration = FakeNode.TOLERATION  # the flavor's: without it no worker could land there
     name = f"cq-{namespace}"[:63]
     try:
         for node in nodes.values():

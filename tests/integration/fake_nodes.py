@@ -1,6 +1,10 @@
 """Nodes with no kubelet, for tests on a real API server: the test keeps each one's Lease
 renewed and sets its Ready condition, labels and GPU capacity. Pods bound to one never run
-and never finish terminating, unless the test writes their status as a kubelet would."""
+and never finish terminating, unless the test writes their status as a kubelet would.
+
+Each carries a NoSchedule taint (FakeNode.TAINT): only pods with FakeNode.TOLERATION land
+there. Untainted, an empty fake node outscored the busy real one, and a test running beside
+one that made it saw its own pods bound there, waiting forever (a Kueue test did, in CI)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import json
 import threading
 import uuid
 from datetime import UTC, datetime
+from typing import ClassVar
 
 from tests.cluster import Cluster
 
@@ -16,6 +21,11 @@ class FakeNode:
     """A Node with no kubelet: the test keeps its Lease renewed (so Kubernetes thinks it is
     alive) and sets its Ready condition. Pods bound to it never run and never finish
     terminating — exactly what a partitioned node looks like."""
+
+    TAINT: ClassVar[dict[str, str]] = {
+        "key": "multiworker.test/fake-node", "value": "true", "effect": "NoSchedule"}
+    TOLERATION: ClassVar[dict[str, str]] = {
+        "key": TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 
     def __init__(self, cluster: Cluster, labels: dict[str, str] | None = None,
                  gpus: int = 0) -> None:
@@ -30,7 +40,8 @@ class FakeNode:
 
     def create(self) -> None:
         node = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": self.name, "labels": self.labels}}
+                "metadata": {"name": self.name, "labels": self.labels},
+                "spec": {"taints": [self.TAINT]}}
         self.cluster.kubectl("apply", "-f", "-", input=json.dumps(node))
         self.set_ready(True)
         self._thread.start()

@@ -45,6 +45,7 @@ def gpu_job(name: str, workers: int, nodes: dict[str, FakeNode]) -> dict[str, An
     manifest = job(name, SLEEP, workers=workers)
     spec = manifest["spec"]["template"]["spec"]
     spec["nodeSelector"] = {"mw-gpu-test": next(iter(nodes.values())).labels["mw-gpu-test"]}
+    spec["tolerations"] = [FakeNode.TOLERATION]
     spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
     return manifest
 
@@ -98,6 +99,7 @@ def test_workers_on_different_digests_restart_pinned_to_the_chiefs(
 ) -> None:
     manifest = job("skew", SLEEP, workers=3)
     manifest["spec"]["template"]["spec"]["nodeSelector"] = {"mw-fake-node": fake_node.name}
+    manifest["spec"]["template"]["spec"]["tolerations"] = [FakeNode.TOLERATION]
     jobs.apply(manifest)
     wait_for(lambda: len([p for p in jobs.pods("skew") if p["spec"].get("nodeName")]) == 3,
              60, describe="3 workers bound to the fake node")

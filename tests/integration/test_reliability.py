@@ -121,6 +121,7 @@ def test_a_job_recreated_under_the_same_name_starts_afresh(jobs: Jobs) -> None:
 def on_node(manifest: dict[str, object], node: FakeNode) -> dict[str, object]:
     spec = manifest["spec"]["template"]["spec"]  # type: ignore[index]
     spec["nodeSelector"] = {"mw-fake-node": node.name}
+    spec["tolerations"] = [FakeNode.TOLERATION]
     spec["terminationGracePeriodSeconds"] = 1
     return manifest
 
@@ -186,11 +187,11 @@ def test_a_node_notready_for_a_few_seconds_restarts_nothing(
     taint = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
     fake_node.set_ready(False)
     jobs.cluster.kubectl("patch", "node", fake_node.name, "--type=merge",
-                         "-p", json.dumps({"spec": {"taints": [taint]}}))
+                         "-p", json.dumps({"spec": {"taints": [FakeNode.TAINT, taint]}}))
     time.sleep(5)  # the blip's length is the case's subject
     fake_node.set_ready(True)
     jobs.cluster.kubectl("patch", "node", fake_node.name, "--type=merge",
-                         "-p", json.dumps({"spec": {"taints": None}}))
+                         "-p", json.dumps({"spec": {"taints": [FakeNode.TAINT]}}))
     deadline = time.monotonic() + 25  # past nodeLostSeconds after the blip began
     while time.monotonic() < deadline:
         status = jobs.status("blip")

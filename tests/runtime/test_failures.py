@@ -165,15 +165,16 @@ def test_stopped_worker_freezes_progress_until_the_collective_aborts(
 
 
 def frozen_step(workers: list[Worker], window: float = 1.0) -> int | None:
-    """The step all `workers` report, if it stayed the same for `window` seconds."""
-    before = {step_of(w) for w in workers}
+    """The furthest step of `workers`, if none of their steps moved for `window` seconds.
+
+    Each worker is compared with itself: a ring all-reduce cut by the stopped peer can leave
+    one survivor a step ahead of the other (each saves the step its own weights reflect)."""
+    before = [step_of(w) for w in workers]
     time.sleep(window)
-    after = {step_of(w) for w in workers}
-    return (
-        after.pop()
-        if before == after and len(after) == 1 and None not in after
-        else None
-    )
+    after = [step_of(w) for w in workers]
+    if before != after or None in after:
+        return None
+    return max(s for s in after if s is not None)
 
 
 # 60 steps, no periodic checkpoint due before step 100: a resume comes from a survivor's save.

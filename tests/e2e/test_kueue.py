@@ -91,16 +91,19 @@ def kueue_operator(cluster: Cluster, namespace: str, crds: None, tmp_path: Path,
                               extra=("--kueue",))
     process.start()
     yield process
-    # The jobs go while the operator still runs: it lets go of their Workloads.
-    cluster.kubectl("-n", namespace, "delete", "mwj", "--all", "--wait=true", check=False)
-    wait_for(lambda: not workloads(cluster, namespace), 60, describe=lambda: "Workloads gone")
-    process.stop()
     if any(getattr(getattr(request.node, f"rep_{w}", None), "failed", False)
            for w in ("setup", "call")):
         out = LOG_DIR / namespace
         out.mkdir(parents=True, exist_ok=True)
         (out / "operator.log").write_text(process.log_path.read_text(errors="replace"))
-        cluster.kubectl("-n", namespace, "get", "workloads", "-o", "yaml", check=False)
+        print(f"---- operator log (tail; full log in {out / 'operator.log'}) ----")
+        print(process.log_tail(100))
+        print("---- Workloads ----")
+        print(json.dumps(workloads(cluster, namespace), indent=1))
+    # The jobs go while the operator still runs: it lets go of their Workloads.
+    cluster.kubectl("-n", namespace, "delete", "mwj", "--all", "--wait=true", check=False)
+    wait_for(lambda: not workloads(cluster, namespace), 60, describe=lambda: "Workloads gone")
+    process.stop()
     identity.delete(cluster)
 
 
@@ -214,10 +217,11 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_from_its_sigte
     jobs: Jobs, checkpoint_claim: str, record_property: Any,
 ) -> None:
     jobs.apply(job("low", epochs=30, priority="mw-low", step_sleep=0.1, checkpoint=True))
-    jobs.wait_running("low", timeout=180)
+    # Training past its first epoch, in whatever generation: the subject is the preemption
+    # (that nothing spent a restart is asserted at the end).
     before = jobs.wait("low", "progress past the first epoch",
                        lambda s: s if ((s.get("progress") or {}).get("step") or 0) > 20
-                       else None, timeout=180)
+                       else None, timeout=300)
     polled = before["progress"]["step"]
     jobs.apply(job("high", epochs=2, priority="mw-high"))
     # The operator killed as the preemption begins: a restarted one finishes it.

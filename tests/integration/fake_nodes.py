@@ -3,8 +3,8 @@ renewed and sets its Ready condition, labels and GPU capacity. Pods bound to one
 and never finish terminating, unless the test writes their status as a kubelet would.
 
 Each carries a NoSchedule taint (FakeNode.TAINT): only pods with FakeNode.TOLERATION land
-there. Untainted, an empty fake node outscored the busy real one, and a test running beside
-one that made it saw its own pods bound there, waiting forever (a Kueue test did, in CI)."""
+there. Untainted, a fake node took the pods of any test running beside the one that made it
+once the real node was full: bound there, they waited forever, not Pending until room came."""
 
 from __future__ import annotations
 

@@ -113,7 +113,22 @@ def pin_to(manifest: dict[str, Any], node: str) -> None:
 
 
 def finish(jobs: Jobs, name: str) -> None:
-    jobs.kubectl("exec", f"{name}-worker-0", "-c", "tensorflow", "--", "touch", "/tmp/finish")
+    """Makes worker 0 of `name` exit 0 (UNTIL_FINISHED), and waits until it has (or until its
+    pod is gone: the operator cleans up a finished job).
+
+    The exec's own status is not the test: worker 0 exits within 0.2 s of the touch, and the
+    kubelet may kill the exec's process with the container (exit 137, seen in CI)."""
+    pod = f"{name}-worker-0"
+    jobs.kubectl("exec", pod, "-c", "tensorflow", "--", "touch", "/tmp/finish", check=False)
+
+    def exited() -> bool:
+        found = next((p for p in jobs.pods(name) if p["metadata"]["name"] == pod), None)
+        if found is None:
+            return True
+        statuses = (found.get("status") or {}).get("containerStatuses") or []
+        return any(c["name"] == "tensorflow" and c["state"].get("terminated", {}).get(
+            "exitCode") == 0 for c in statuses)
+    wait_for(exited, 60, describe=lambda: f"{pod} to exit 0\n{jobs.describe(name)}")
 
 
 def pod_group(jobs: Jobs, name: str) -> dict[str, Any] | None:

@@ -3,8 +3,10 @@ a test says what it shares with the others (`make test` runs them in pytest-xdis
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import TypeVar
 
 import pytest
@@ -42,3 +44,18 @@ def wait_for(
             what = describe() if callable(describe) else describe
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports nothing listens on now. Each socket stays bound until all
+    are chosen: closed one at a time, the kernel may hand the same port out twice (it did in CI,
+    making a worker's gRPC port its own progress port)."""
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+
+
+def free_port() -> int:
+    return free_ports(1)[0]

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.bench.harness import REPO, free_port
+from tests.bench.harness import REPO
+from tests.support import free_ports
 
 EXAMPLE = REPO / "examples" / "training" / "digits.py"
 PARTS = (("import", "serving progress on"), ("peers", "preflight passed"),
@@ -70,8 +71,8 @@ class Group:
 
     def __init__(self, workdir: Path, workers: int, generation: int, warm: bool) -> None:
         self.workdir, self.workers, self.generation = workdir, workers, generation
-        tf_ports = [free_port() for _ in range(workers)]
-        self.progress_ports = [free_port() for _ in range(workers)]
+        ports = free_ports(2 * workers)
+        tf_ports, self.progress_ports = ports[:workers], ports[workers:]
         self.go = workdir / f"go-{generation}"
         self.logs = [workdir / f"gen{generation}-worker{i}.log" for i in range(workers)]
         cluster = {"worker": [f"127.0.0.1:{p}" for p in tf_ports]}

@@ -26,10 +26,10 @@ from tests.bench.harness import (
     REPO,
     Cluster,
     Obj,
-    free_port,
     http_ok,
     process,
 )
+from tests.support import free_ports
 
 TFJOB_VERSION = os.environ.get("TRAINING_OPERATOR_VERSION", "v1.8.1")
 TFJOB_BIN = BIN / f"training-operator-{TFJOB_VERSION}"
@@ -111,7 +111,7 @@ class Multiworker(Contender):
     @contextlib.contextmanager
     def start(self, cluster: Cluster, env: dict[str, str], namespace: str,
               log: Path) -> Iterator[Running]:
-        health, metrics = free_port(), free_port()
+        health, metrics = free_ports(2)
         cmd = [str(OPERATOR), "--identity", "bench", "--namespace", namespace, "--health-port",
                str(health), "--metrics-port", str(metrics), *self.extra_args]
         ready = f"http://127.0.0.1:{health}/healthz"
@@ -163,7 +163,7 @@ class TFJob(Contender):
     @contextlib.contextmanager
     def start(self, cluster: Cluster, env: dict[str, str], namespace: str,
               log: Path) -> Iterator[Running]:
-        health, metrics, webhook = free_port(), free_port(), free_port()
+        health, metrics, webhook = free_ports(3)
         cmd = [str(TFJOB_BIN), "--enable-scheme=tfjob", "--namespace", namespace,
                f"--metrics-bind-address=127.0.0.1:{metrics}",
                f"--health-probe-bind-address=127.0.0.1:{health}",

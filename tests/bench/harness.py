@@ -11,7 +11,6 @@ import fcntl
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from tests.support import wait_for
+from tests.support import free_port, wait_for
 
 __all__ = ["BIN", "CLUSTER_LOCK", "GROUP", "IMAGE", "JOB_LABEL", "OPERATOR", "PLURAL", "REPO",
            "VERSION", "Cluster", "Obj", "cluster_lock", "cpu_seconds", "free_port", "http_ok",
@@ -76,12 +75,6 @@ class Cluster:
         response: Any = self.core.list_namespaced_pod(
             namespace, label_selector=f"{JOB_LABEL}={name}", _preload_content=False)
         return not json.loads(response.data)["items"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

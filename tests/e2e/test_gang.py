@@ -23,9 +23,9 @@ from kubernetes import client
 
 from tests.cluster import BIN, REPO, Cluster, one_setup_at_a_time, run_script
 from tests.e2e.test_recovery import tf_job, wait_checkpointed
-from tests.integration.conftest import OperatorProcess, free_port
+from tests.integration.conftest import OperatorProcess
 from tests.integration.jobs import Jobs, condition, job
-from tests.support import USES_NODE_GPUS, wait_for
+from tests.support import USES_NODE_GPUS, free_ports, wait_for
 
 # Every test here takes the node's GPUs or waits for all of them (free_gpus).
 pytestmark = USES_NODE_GPUS
@@ -294,7 +294,7 @@ def bare_api_server(cluster: Cluster, tmp_path: Path) -> Iterator[Cluster]:
     if cluster.kind != "local":
         pytest.skip("builds its API server from the local cluster's binaries and certificates")
     pki = REPO / ".cluster" / "pki"
-    etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+    etcd_port, peer_port, api_port = free_ports(3)
     logs = tmp_path / "bare"
     logs.mkdir()
     processes: list[subprocess.Popen[bytes]] = []

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,7 +30,7 @@ from tests.integration.helm import (  # noqa: F401  (fixtures: a Helm release of
 )
 from tests.integration.jobs import Jobs
 from tests.integration.rbac import chart_identity
-from tests.support import wait_for
+from tests.support import free_ports, wait_for
 
 CRD_DIR = REPO / "crds"
 CRD_NAME = "multiworkerjobs.multiworker.dev"
@@ -47,12 +46,6 @@ def crds(cluster: Cluster) -> None:
     cluster.wait_established(CRD_NAME)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class OperatorProcess:
     """The real operator, restartable (tests kill it with SIGKILL to test convergence)."""
@@ -60,13 +53,17 @@ class OperatorProcess:
     env: dict[str, str]
     namespace: str
     log_path: Path
-    health_port: int = field(default_factory=free_port)
-    metrics_port: int = field(default_factory=free_port)
+    health_port: int = 0  # 0: two free loopback ports, chosen together
+    metrics_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     extra: tuple[str, ...] = ()  # more command-line options
     # Stable across restarts, like a pod name: a restarted operator is the same instance and
     # renews its Lease at once instead of waiting for it to expire.
     identity: str = "operator-0"
+
+    def __post_init__(self) -> None:
+        if not (self.health_port and self.metrics_port):
+            self.health_port, self.metrics_port = free_ports(2)
 
     def start(self) -> None:
         assert OPERATOR.exists(), f"{OPERATOR} missing: pip install -e 'operator[test]'"

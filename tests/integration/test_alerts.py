@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import OperatorProcess, free_port
+from tests.integration.conftest import OperatorProcess
 from tests.integration.jobs import Jobs, job
 from tests.monitoring import (
     RUNBOOK_URL,
@@ -32,7 +32,7 @@ from tests.monitoring import (
     prometheus_binaries,
     write_rule_file,
 )
-from tests.support import wait_for
+from tests.support import free_port, wait_for
 
 pytestmark = pytest.mark.usefixtures("images")
 

@@ -14,8 +14,8 @@ import pytest
 from tests.runtime.workers import (
     Launcher,
     Worker,
-    free_port,
     latest_checkpoint_step,
+    loopback_group,
     wait_exits,
 )
 
@@ -87,8 +87,7 @@ def split_group(
 ) -> list[Worker]:
     """One group of 2 whose workers see different directories as MWJ_CHECKPOINT_DIR, as on
     two nodes with node-local volumes; worker i runs on node "node-<a|b>"."""
-    peers = [f"localhost:{free_port()}" for _ in range(2)]
-    ports = [free_port() for _ in range(2)]
+    peers, ports = loopback_group(2)
     return [
         worker
         for index, directory in enumerate(directories)

@@ -26,8 +26,8 @@ from multiworker.runtime.reach import (
     get_json,
 )
 
-from tests.runtime.workers import Launcher, free_port
-from tests.support import wait_for
+from tests.runtime.workers import Launcher
+from tests.support import free_port, free_ports, wait_for
 
 UNRESOLVABLE = "no-such-worker.invalid"
 PEER_TIMEOUT = 45
@@ -95,13 +95,13 @@ def test_a_waiting_worker_reports_each_peer_state_and_exits_3_naming_them(
     the peer timeout, and the exit names all three. The timeout counts from the worker's start,
     so it also covers the preflight's TensorFlow import: 45 s, for a loaded CI machine, where
     that import alone has taken more than 15 s."""
-    refusing = free_port()
-    peers = [f"127.0.0.1:{dropping_port}", f"localhost:{free_port()}", f"{UNRESOLVABLE}:2222"]
+    refusing, own, own_progress, unresolvable_progress = free_ports(4)
+    peers = [f"127.0.0.1:{dropping_port}", f"localhost:{own}", f"{UNRESOLVABLE}:2222"]
     (worker,) = launcher.start(
         3,
         only=(1,),
         peers=peers,
-        progress_ports=[refusing, free_port(), free_port()],
+        progress_ports=[refusing, own_progress, unresolvable_progress],
         env={"MWJ_PEER_TIMEOUT_SECONDS": str(PEER_TIMEOUT)},
     )
 

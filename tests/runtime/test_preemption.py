@@ -12,8 +12,8 @@ import pytest
 
 from tests.runtime.workers import (
     Launcher,
-    free_port,
     latest_checkpoint_step,
+    loopback_group,
     step_of,
     wait_exits,
 )
@@ -78,8 +78,7 @@ def test_a_trainer_superseded_in_place_exits_at_once(
     moved, stays = tmp_path / "moved", tmp_path / "stays"
     moved.write_text("0")
     stays.write_text("0")
-    peers = [f"localhost:{free_port()}" for _ in range(2)]
-    ports = [free_port() for _ in range(2)]
+    peers, ports = loopback_group(2)
     args = ("--epochs", "2", "--steps-per-epoch", "400", "--step-sleep", "0.05")
     workers = [
         launcher.start(2, only=(index,), peers=peers, progress_ports=ports, args=args,

@@ -34,7 +34,7 @@ from multiworker.runtime.preflight import (
 )
 from multiworker.runtime.reach import Reach
 
-from tests.runtime.workers import REPO, Launcher, Worker, free_port
+from tests.runtime.workers import REPO, Launcher, Worker, loopback_group
 from tests.support import wait_for
 
 
@@ -139,7 +139,8 @@ def test_worker_0_records_who_has_seen_its_verdict() -> None:
 @pytest.mark.timeout(120)
 def test_a_skewed_worker_stops_the_whole_group_with_exit_2(launcher: Launcher) -> None:
     override = {"MWJ_TEST_FINGERPRINT_OVERRIDE": '{"tensorflow": "2.20.0"}'}
-    group: dict[str, Any] = {"peers": loopback_peers(3), "progress_ports": free_ports(3)}
+    peers, ports = loopback_group(3)
+    group: dict[str, Any] = {"peers": peers, "progress_ports": ports}
     workers = launcher.start(3, only=(0, 1), **group)
     workers += launcher.start(3, only=(2,), env=override, **group)
 
@@ -175,9 +176,10 @@ def test_a_matching_group_passes_and_reports_its_software(launcher: Launcher) ->
 def test_a_worker_0_without_preflight_stops_the_others(launcher: Launcher) -> None:
     """An older runtime on worker 0 (its progress server knows no /preflight): the others
     name it instead of waiting for a verdict that never comes."""
+    peers, ports = loopback_group(2)
     with old_runtime() as port:
         (follower,) = launcher.start(
-            2, only=(1,), peers=loopback_peers(2), progress_ports=[port, free_port()]
+            2, only=(1,), peers=peers, progress_ports=[port, ports[1]]
         )
         assert follower.wait(timeout=90) == 2, launcher.logs()
     assert (
@@ -194,7 +196,8 @@ def test_a_worker_on_another_python_release_is_named(launcher: Launcher) -> None
     if other is None:
         pytest.skip("no second Python 3.11 of another patch release on this host")
     python, version = other
-    group: dict[str, Any] = {"peers": loopback_peers(2), "progress_ports": free_ports(2)}
+    peers, ports = loopback_group(2)
+    group: dict[str, Any] = {"peers": peers, "progress_ports": ports}
     workers = launcher.start(2, only=(0,), **group)
     workers += launcher.start(
         2,
@@ -208,14 +211,6 @@ def test_a_worker_on_another_python_release_is_named(launcher: Launcher) -> None
     message = f"worker-1 runs Python {version}, worker-0 {platform.python_version()}"
     for worker in workers:
         assert message in last_line(worker)
-
-
-def free_ports(count: int) -> list[int]:
-    return [free_port() for _ in range(count)]
-
-
-def loopback_peers(count: int) -> list[str]:
-    return [f"localhost:{free_port()}" for _ in range(count)]
 
 
 def last_line(worker: Worker) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.workers import free_port
+from tests.support import free_ports
 
 READER = Path(__file__).with_name("resize_reader.py")
 GLOBAL_BATCH = 10  # 4 + 3 + 3 on three workers, 5 + 5 on two
@@ -21,7 +21,7 @@ GLOBAL_BATCH = 10  # 4 + 3 + 3 on three workers, 5 + 5 on two
 def read(tmp_path: Path, workers: int, skip: int, steps: int, global_batch: int = GLOBAL_BATCH,
          mode: str = "batches") -> list[list[int]]:
     """The samples of each step, the workers' shares in worker order."""
-    ports = [str(free_port()) for _ in range(workers)]
+    ports = [str(port) for port in free_ports(workers)]
     outs = [tmp_path / f"skip{skip}-of{workers}-{i}.json" for i in range(workers)]
     processes = [subprocess.Popen([sys.executable, str(READER), str(workers), str(i), str(skip),
                                    str(steps), str(global_batch), str(out), *ports],

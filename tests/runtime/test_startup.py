@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.runtime.workers import Launcher, free_port
+from tests.runtime.workers import Launcher, loopback_group
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -37,20 +37,15 @@ def test_unreachable_peers_exit_3_within_the_peer_timeout(launcher: Launcher) ->
     """Worker 0 alone: worker 1's progress port never answers its preflight. Worker 1 alone:
     worker 0's ports never open. A peer whose name never resolves: named as such."""
     timeout, env = 5.0, {"MWJ_PEER_TIMEOUT_SECONDS": "5"}
-    leader, follower = f"localhost:{free_port()}", f"localhost:{free_port()}"
-    ports = [free_port(), free_port()]
-    (alone_as_0,) = launcher.start(
-        2, peers=[leader, follower], only=(0,), env=env, progress_ports=ports
-    )
-    silent_leader = f"localhost:{free_port()}"
-    peers = [silent_leader, f"localhost:{free_port()}"]
-    leader_ports = [free_port(), free_port()]
+    peers, ports = loopback_group(2)
+    (alone_as_0,) = launcher.start(2, peers=peers, only=(0,), env=env, progress_ports=ports)
+    silent_peers, leader_ports = loopback_group(2)
     (alone_as_1,) = launcher.start(
-        2, peers=peers, only=(1,), env=env, generation=1, progress_ports=leader_ports
+        2, peers=silent_peers, only=(1,), env=env, generation=1, progress_ports=leader_ports
     )
     unnamed = "no-such-worker.invalid:2222"
-    peers = [f"localhost:{free_port()}", unnamed]
-    unnamed_ports = [free_port(), free_port()]
+    named, unnamed_ports = loopback_group(2)
+    peers = [named[0], unnamed]
     (no_name,) = launcher.start(
         2, peers=peers, only=(0,), env=env, generation=2, progress_ports=unnamed_ports
     )
@@ -67,7 +62,7 @@ def test_unreachable_peers_exit_3_within_the_peer_timeout(launcher: Launcher) ->
     )
     assert (
         f"{prefix}worker-0 (localhost:{leader_ports[0]}, progress port): {refused}; "
-        f"worker-0 ({silent_leader}, TensorFlow port): {refused} (exit 3)" in alone_as_1.log()
+        f"worker-0 ({silent_peers[0]}, TensorFlow port): {refused} (exit 3)" in alone_as_1.log()
     )
     assert (
         f"{prefix}worker-1 (no-such-worker.invalid:{unnamed_ports[1]}, progress port): "

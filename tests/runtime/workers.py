@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.support import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "training" / "train.py"  # synthetic and fast, with test knobs
@@ -35,11 +36,10 @@ COLLECTIVE_TIMEOUT = 15.0
 PEER_TIMEOUT = 60.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def loopback_group(count: int) -> tuple[list[str], list[int]]:
+    """The TF_CONFIG peers and progress ports of a group of `count` on loopback, all distinct."""
+    ports = free_ports(2 * count)
+    return [f"localhost:{port}" for port in ports[:count]], ports[count:]
 
 
 def worker_env(
@@ -125,8 +125,9 @@ class Launcher:
         """Starts workers `only` (default all) of a group whose TF_CONFIG lists `peers`
         and whose progress ports are `progress_ports` (default: fresh loopback ports), each
         running `script` (default: the synthetic trainer)."""
-        peers = peers or [f"localhost:{free_port()}" for _ in range(num_workers)]
-        progress_ports = progress_ports or [free_port() for _ in range(num_workers)]
+        fresh_peers, fresh_ports = loopback_group(num_workers)
+        peers = peers or fresh_peers
+        progress_ports = progress_ports or fresh_ports
         started = []
         for index in only if only is not None else range(num_workers):
             port = progress_ports[index]

@@ -18,7 +18,7 @@ import pytest
 from multiworker.clients.agents import AgentNote, note_body, note_url
 from multiworker.reconcile.render import agent_script
 
-from tests.support import wait_for
+from tests.support import free_port, wait_for
 
 
 def start(tmp_path: Path, mode: str, port: int = 0) -> subprocess.Popen[bytes]:
@@ -130,12 +130,6 @@ def test_sigterm_stops_the_agent_at_once(tmp_path: Path, mode: str) -> None:
         assert proc.wait(2) == 143
     finally:
         proc.kill()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tell(port: int, uid: str, generation: int, released: int | None = None) -> int:

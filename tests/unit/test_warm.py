@@ -37,10 +37,10 @@ from multiworker.reconcile.render import (
     shipped_scripts,
 )
 
+from tests.support import free_port
 from tests.unit.builders import make_job
 from tests.unit.test_agent import (
     first_poll_done,
-    free_port,
     start,
     still_running,
     write,

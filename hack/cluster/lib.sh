@@ -45,6 +45,20 @@ wait_until() {
   done
 }
 
+# require_free_disk PATH...: each PATH's filesystem has MW_MIN_FREE_GIB (default 5) free.
+# Below 1% free the kubelet evicts pods and deletes images, the pause image with them; every
+# new pod then fails "failed to get sandbox image" — better to refuse here and say why.
+require_free_disk() {
+  local need=${MW_MIN_FREE_GIB:-5} path free
+  for path in "$@"; do
+    mkdir -p "$path"
+    free=$(df -P -BG "$path" | awk 'NR == 2 { sub("G", "", $4); print $4 }')
+    [ "$free" -ge "$need" ] || die "only ${free} GiB free under $path (images, pods' volumes): \
+the kubelet evicts pods and deletes images when a disk runs full; free ${need} GiB or more \
+(MW_MIN_FREE_GIB sets the floor)"
+  done
+}
+
 is_running() { # NAME: the process recorded in pids/NAME.pid is alive — the one started then,
   # not a later process that reuses its pid (it must be no younger than the pid file)
   local f=$state/pids/$1.pid pid age

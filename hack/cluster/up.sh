@@ -39,6 +39,7 @@ if [ -f "$kubeconfig" ] && healthy; then
 fi
 t0=$SECONDS
 if [ -z "$no_node" ]; then
+  require_free_disk "$containerd_root" "$kubelet_root" "$state"
   "$here/install-deps.sh"
   "$here/build-binaries.sh"
 else

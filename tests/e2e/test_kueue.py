@@ -102,7 +102,9 @@ def kueue_operator(cluster: Cluster, namespace: str, crds: None, tmp_path: Path,
         print(json.dumps(workloads(cluster, namespace), indent=1))
     # The jobs go while the operator still runs: it lets go of their Workloads.
     cluster.kubectl("-n", namespace, "delete", "mwj", "--all", "--wait=true", check=False)
-    wait_for(lambda: not workloads(cluster, namespace), 60, describe=lambda: "Workloads gone")
+    wait_for(lambda: not workloads(cluster, namespace), 60, describe=lambda: (
+        "Workloads gone: " + json.dumps([w["metadata"] for w in workloads(cluster, namespace)])
+        + f"\n{process.log_tail(40)}"))
     process.stop()
     identity.delete(cluster)
 

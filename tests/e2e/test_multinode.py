@@ -303,8 +303,15 @@ def test_a_node_cut_off_from_the_control_plane_is_replaced_and_its_workers_stop_
     status = timed_outage(jobs, name, f"{victim} cut off", lambda: outages.cut_off(victim),
                           record_property)
     assert status["disruptions"] == 1 and status["restarts"] == 0, status
-    # Its workers answered: the node was lost by the control plane's word, not its Lease.
-    assert f"node {victim} is unreachable since" in status["lastFailure"]["message"], status
+    # Its workers answered, so the node was lost by the control plane's word, not its Lease —
+    # unless two polls in a row went unanswered first (2 s each: CI's two cores, shared by
+    # both tiers, have done that once), when the silent Lease stands. Either names the node.
+    failure = status["lastFailure"]
+    record_property("lost_by", "Lease" if "last renewed its Lease" in failure["message"]
+                    else "node status")
+    assert failure["reason"] == "NodeLost" and (
+        f"node {victim} is unreachable since" in failure["message"]
+        or f"node {victim} last renewed its Lease" in failure["message"]), status
     assert victim not in placement(jobs, name, 1).values()
     # Gone from the API (force-deleted), still on the node: its kubelet has not heard.
     assert not {p["metadata"]["uid"] for p in jobs.pods(name)} & old

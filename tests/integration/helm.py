@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.cluster import BIN, REPO, Cluster, load_images
+from tests.conftest import LOG_DIR
 from tests.support import wait_for
 
 CHART = REPO / "charts" / "multiworker-operator"
@@ -158,9 +159,16 @@ class Release:
 
 
 @pytest.fixture
-def release(cluster: Cluster, helm: Helm, namespace: str, operator_image: str) -> Iterator[Release]:
+def release(cluster: Cluster, helm: Helm, namespace: str, operator_image: str,
+            request: pytest.FixtureRequest) -> Iterator[Release]:
     """A unique release name in the test's namespace; uninstalled afterwards whatever happened
-    (its ClusterRole and ClusterRoleBinding outlive the namespace otherwise)."""
+    (its ClusterRole and ClusterRoleBinding outlive the namespace otherwise). On failure the
+    operators' logs go to test-logs/ first: the namespace's own dump comes after the uninstall."""
     rel = Release(helm, cluster, f"mwo-{uuid.uuid4().hex[:6]}", namespace)
     yield rel
+    if any(getattr(getattr(request.node, f"rep_{w}", None), "failed", False)
+           for w in ("setup", "call")):
+        out = LOG_DIR / namespace
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"operators-{rel.name}.log").write_text(rel.logs())
     helm("uninstall", rel.name, "-n", namespace, "--wait", "--timeout=120s", check=False)

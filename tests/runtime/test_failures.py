@@ -213,15 +213,17 @@ def test_survivors_stuck_in_a_collective_save_on_sigterm_and_the_group_resumes_t
     report(f"SIGSTOP worker 1, SIGTERM the others while stuck -> exits {exits}")
     assert {i: code for i, (code, _) in exits.items()} == {0: 143, 2: 143}, launcher.logs()
     assert max(s for _, s in exits.values()) < 5, exits
+    # The step the weights reflect: the last one reported, or the next where the stopped peer
+    # cut that step's collective after its gradients were applied (its loss never reported).
     saved = [survivor_step(w) for w in survivors]
-    assert saved == [last, last], (saved, last, launcher.logs())
+    assert all(step in (last, last + 1) for step in saved), (saved, last, launcher.logs())
     assert not (checkpoints / "checkpoint").exists()  # no periodic checkpoint was due
 
     second = launcher.start(3, generation=1, checkpoint_dir=checkpoints, args=SHORT_RUN)
     codes = [w.wait(timeout=120) for w in second]
     assert codes == [0, 0, 0], launcher.logs()
     for worker in second:
-        assert f"resuming from step {last} " in worker.log()
+        assert f"resuming from step {max(saved)} " in worker.log()
 
 
 @pytest.mark.timeout(240)

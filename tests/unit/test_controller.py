@@ -10,6 +10,7 @@ from typing import Any
 from multiworker.clients.informer import Store
 from multiworker.clients.leader import Elector
 from multiworker.controller import Controller
+from multiworker.decide.queueing import FINALIZER, JOB_UID_LABEL
 from multiworker.handlers import operator_settings
 from multiworker.reconcile.view import View
 
@@ -170,3 +171,45 @@ def test_pod_events_of_a_job_gone_wake_nothing_and_leave_nothing() -> None:
     asyncio.run(added())
     assert controller._pods_by_node.indexes() == [("", "node-1")]
     assert KEY in controller._pod_seen
+
+
+class FinalizerLog:
+    """The one cluster call a released Workload makes."""
+
+    def __init__(self) -> None:
+        self.dropped: list[str] = []
+
+    def drop_finalizer(self, path: str, obj: dict[str, Any], finalizer: str) -> None:
+        self.dropped.append(obj["metadata"]["name"])
+
+
+def test_a_deleted_jobs_workload_is_released_whichever_watch_delivers_first() -> None:
+    """The garbage collector's update of the Workload can arrive while the job is still
+    listed (two watches, either may lag): then the job's DELETED releases it, and only the
+    Workloads of that job (its uid), not of a job re-created under its name."""
+    cluster = FinalizerLog()
+    controller = Controller(cluster, [NAMESPACE], None)  # type: ignore[arg-type]
+    job = job_body()
+
+    def workload(name: str, uid: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": NAMESPACE,
+                             "labels": {"multiworker.dev/job-name": "demo",
+                                        JOB_UID_LABEL: uid},
+                             "finalizers": [FINALIZER],
+                             "deletionTimestamp": "2026-11-28T00:00:00Z"}}
+
+    ours, theirs = workload("demo-1", job["metadata"]["uid"]), workload("demo-2", "a-new-uid")
+
+    async def events() -> None:
+        controller.view.job_store.put(job)
+        for w in (ours, theirs):
+            controller.view.workload_store.put(w)
+            controller._on_workload("MODIFIED", w, w)  # the job still listed: a pass, no release
+        await asyncio.sleep(0.1)
+        assert cluster.dropped == []
+        controller.view.job_store.remove(KEY)
+        controller._on_job("DELETED", job, None)
+        await asyncio.sleep(0.1)  # (the release runs in an executor)
+
+    asyncio.run(events())
+    assert cluster.dropped == ["demo-1"]

@@ -36,7 +36,13 @@ from multiworker.clients.shapes import NODE, OBJECT, POD, Shape
 from multiworker.clients.workqueue import WorkQueue, jittered
 from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS
 from multiworker.decide.observe import Classified
-from multiworker.decide.queueing import FINALIZER, GROUP_VERSION, WORKLOADS, workload_path
+from multiworker.decide.queueing import (
+    FINALIZER,
+    GROUP_VERSION,
+    JOB_UID_LABEL,
+    WORKLOADS,
+    workload_path,
+)
 from multiworker.logs import job_logger
 from multiworker.reconcile.context import Options, Outcome
 from multiworker.reconcile.events import event_type
@@ -234,6 +240,7 @@ class Controller:
             self._count_namespace(key[0], +1 if new is not None else -1)
         if new is None:
             self.poller.forget(key)  # also where no pass of this instance will see it gone
+            self._release_workloads_of(key, obj)
         if new is not None and self._own_echo(key, new):
             return
         self.queue.add(key)
@@ -271,13 +278,23 @@ class Controller:
             return
         if self.view.job_store.get(job) is not None:
             self.queue.add(job)
-        elif new is not None and self.leads(job[0]):
+        elif new is not None:
             # Its job is gone: the garbage collector deletes it once nothing holds it.
             self._release_orphan(new)
 
+    def _release_workloads_of(self, key: Key, job: Manifest) -> None:
+        """A deleted job's Workloads. The job and Workload watches are separate streams, and
+        either may lead: a Workload's last event (the garbage collector deleting it) can come
+        while the job is still listed, and then no later event finds it orphaned."""
+        uid = job["metadata"].get("uid")
+        for workload in self.view.workload_store.by_index(key):
+            if (workload["metadata"].get("labels") or {}).get(JOB_UID_LABEL) == uid:
+                self._release_orphan(workload)
+
     def _release_orphan(self, workload: Manifest) -> None:
         meta = workload["metadata"]
-        if FINALIZER not in (meta.get("finalizers") or []):
+        if FINALIZER not in (meta.get("finalizers") or []) or \
+                not self.leads(meta.get("namespace", "")):
             return
         path = workload_path(meta.get("namespace", ""), meta["name"])
         def drop() -> None:

@@ -93,6 +93,12 @@ class Jobs:
         ordered = sorted(found.items, key=lambda e: (e.first_timestamp, e.metadata.name))
         return [(e.type, e.reason, e.message) for e in ordered]
 
+    def wait_event(self, name: str, type_: str, reason: str, timeout: float = 30) -> None:
+        """Until job `name` has an Event of this type and reason: the operator records Events
+        after its status write, so a condition can be seen before its Event."""
+        wait_for(lambda: (type_, reason) in {(t, r) for t, r, _ in self.events(name)}, timeout,
+                 describe=lambda: f"a {type_} {reason} Event: {self.events(name)}")
+
     def describe(self, name: str) -> str:
         status = json.dumps(self.status(name), indent=1)
         pods = self.kubectl("get", "pods", "-o", "wide", "-L",

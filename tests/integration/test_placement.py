@@ -78,7 +78,7 @@ def test_a_group_no_single_product_can_hold_waits_and_says_why(
     assert message.startswith("no single GPU product has room for 5 workers × 1 GPUs"), message
     assert f"{small} holds 2" in message and f"{big} holds 4" in message, message
     assert jobs.pods("wide") == []  # nothing placed, nothing mixed
-    assert ("Warning", "NoGpuProductWithRoom") in {(t, r) for t, r, _ in jobs.events("wide")}
+    jobs.wait_event("wide", "Warning", "NoGpuProductWithRoom")
 
 
 def report_running(jobs: Jobs, pod: str, image_id: str) -> None:

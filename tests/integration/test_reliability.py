@@ -28,7 +28,7 @@ def test_quota_refusal_deletes_the_partial_group_and_retries_until_it_fits(jobs:
                        and c["reason"] == "QuotaExceeded" else None)
     message = condition(status, "Running")["message"]  # type: ignore[index]
     assert "worker pods refused by quota" in message and "exceeded quota" in message
-    assert ("Warning", "QuotaExceeded") in {(t, r) for t, r, _ in jobs.events("train")}
+    jobs.wait_event("train", "Warning", "QuotaExceeded")
     # No partial group sits waiting for peers that will never come.
     wait_for(lambda: len([p for p in jobs.pods("train")
                           if "deletionTimestamp" not in p["metadata"]]) < 3, 30,

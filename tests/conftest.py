@@ -25,6 +25,7 @@ from tests.cluster import (
     one_setup_at_a_time,
     provision,
 )
+from tests.support import has_failed
 
 LOG_DIR = REPO / "test-logs"
 TEST_NAMESPACE_PREFIX = "t-"  # every namespace the `namespace` fixture makes
@@ -199,11 +200,7 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     name = f"{TEST_NAMESPACE_PREFIX}{slug}-{uuid.uuid4().hex[:5]}"
     cluster.kubectl("create", "namespace", name)
     yield name
-    failed = any(
-        getattr(getattr(request.node, f"rep_{w}", None), "failed", False)
-        for w in ("setup", "call")
-    )
-    if failed:
+    if has_failed(request):
         save_namespace_logs(cluster, name, LOG_DIR / name)
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 

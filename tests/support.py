@@ -59,3 +59,10 @@ def free_ports(count: int) -> list[int]:
 
 def free_port() -> int:
     return free_ports(1)[0]
+
+
+def has_failed(request: pytest.FixtureRequest) -> bool:
+    """In a fixture's teardown: whether the test's setup or call failed (the reports
+    tests/conftest.py `pytest_runtest_makereport` keeps on the item)."""
+    return any(getattr(getattr(request.node, f"rep_{when}", None), "failed", False)
+               for when in ("setup", "call"))

@@ -20,7 +20,7 @@ from tests.integration.conftest import LOG_DIR, OperatorProcess
 from tests.integration.fake_nodes import FakeNode
 from tests.integration.jobs import Jobs
 from tests.integration.rbac import chart_identity
-from tests.support import wait_for
+from tests.support import has_failed, wait_for
 
 pytestmark = pytest.mark.usefixtures("worker_image")
 
@@ -91,8 +91,7 @@ def kueue_operator(cluster: Cluster, namespace: str, crds: None, tmp_path: Path,
                               extra=("--kueue",))
     process.start()
     yield process
-    if any(getattr(getattr(request.node, f"rep_{w}", None), "failed", False)
-           for w in ("setup", "call")):
+    if has_failed(request):
         out = LOG_DIR / namespace
         out.mkdir(parents=True, exist_ok=True)
         (out / "operator.log").write_text(process.log_path.read_text(errors="replace"))

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import REPO, Cluster
+from tests.conftest import LOG_DIR
 from tests.integration.fake_nodes import FakeNode
 from tests.integration.helm import (  # noqa: F401  (fixtures: a Helm release of the chart)
     chart_crds,
@@ -30,11 +31,10 @@ from tests.integration.helm import (  # noqa: F401  (fixtures: a Helm release of
 )
 from tests.integration.jobs import Jobs
 from tests.integration.rbac import chart_identity
-from tests.support import free_ports, wait_for
+from tests.support import free_ports, has_failed, wait_for
 
 CRD_DIR = REPO / "crds"
 CRD_NAME = "multiworkerjobs.multiworker.dev"
-LOG_DIR = REPO / "test-logs"
 OPERATOR = Path(sys.executable).with_name("multiworker-operator")
 
 
@@ -146,9 +146,7 @@ def operator(
     process.start()
     yield process
     process.stop()
-    failed = any(getattr(getattr(request.node, f"rep_{w}", None), "failed", False)
-                 for w in ("setup", "call"))
-    if failed:
+    if has_failed(request):
         out = LOG_DIR / namespace
         out.mkdir(parents=True, exist_ok=True)
         shutil.copy(process.log_path, out / "operator.log")

@@ -15,7 +15,7 @@ import pytest
 
 from tests.cluster import BIN, REPO, Cluster, load_images
 from tests.conftest import LOG_DIR
-from tests.support import wait_for
+from tests.support import has_failed, wait_for
 
 CHART = REPO / "charts" / "multiworker-operator"
 CRD_NAMES = ("multiworkerjobs.multiworker.dev",)
@@ -166,8 +166,7 @@ def release(cluster: Cluster, helm: Helm, namespace: str, operator_image: str,
     operators' logs go to test-logs/ first: the namespace's own dump comes after the uninstall."""
     rel = Release(helm, cluster, f"mwo-{uuid.uuid4().hex[:6]}", namespace)
     yield rel
-    if any(getattr(getattr(request.node, f"rep_{w}", None), "failed", False)
-           for w in ("setup", "call")):
+    if has_failed(request):
         out = LOG_DIR / namespace
         out.mkdir(parents=True, exist_ok=True)
         (out / f"operators-{rel.name}.log").write_text(rel.logs())

@@ -68,7 +68,10 @@ coscheduler_cmd=(coscheduler --config "$state/${prefix}coscheduler.yaml"
   # Coscheduling requeues a group it rejected as a whole (at Permit) only on a new pod or a
   # PodGroup change, not when other pods free their resources: such a group waits for
   # kube-scheduler's periodic retry of unschedulable pods (5 min by default; 20 s here).
-  --pod-max-in-unschedulable-pods-duration 20s)
+  --pod-max-in-unschedulable-pods-duration 20s
+  # Level 3 logs each move between the scheduler's queues, with the plugins that rejected the
+  # pod: what a gang test's failure needs to tell a scheduler that waits from one never asked.
+  -v=3)
 controller_cmd=(podgroup-controller --kubeconfig "$controller_kubeconfig")
 
 # restart_if_changed NAME COMMAND...: a process started from an older build or with other

@@ -24,7 +24,7 @@ from kubernetes import client
 from tests.cluster import BIN, REPO, Cluster, one_setup_at_a_time, run_script
 from tests.e2e.test_recovery import tf_job, wait_checkpointed
 from tests.integration.conftest import OperatorProcess
-from tests.integration.jobs import Jobs, condition, job
+from tests.integration.jobs import TERMINAL, Jobs, condition, job
 from tests.support import USES_NODE_GPUS, free_ports, wait_for
 
 # Every test here takes the node's GPUs or waits for all of them (free_gpus).
@@ -37,13 +37,16 @@ PG_GROUP, PG_VERSION, PG_PLURAL = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
 PG_CRD = f"{PG_PLURAL}.{PG_GROUP}"
 POD_GROUP_LABEL = f"{PG_GROUP}/pod-group"
 # Worker 0 (the chief) runs until the test touches /tmp/finish in it, then exits 0: the job
-# succeeds and its GPUs come free exactly when the test says so.
+# succeeds and its GPUs come free exactly when the test says so. The other workers leave at
+# once when the operator deletes them (a sleeping PID 1 would hold its GPU the whole grace
+# period).
 UNTIL_FINISHED = """
     if [ "$MWJ_WORKER_INDEX" = 0 ]; then
       until [ -e /tmp/finish ]; do sleep 0.2; done
       exit 0
     fi
-    exec sleep 3600
+    trap 'exit 0' TERM
+    sleep 3600 & wait
 """
 
 
@@ -83,10 +86,25 @@ def free_gpus(cluster: Cluster, gpu_node: str) -> None:
         pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
         return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
                 if gpus_of(p) and p["spec"].get("nodeName") == gpu_node
-                and p["status"].get("phase") not in ("Succeeded", "Failed")]
+                and p["status"].get("phase") not in TERMINAL]
 
     wait_for(lambda: not holders() or None, 120,
              describe=lambda: f"all {NODE_GPUS} GPUs of {gpu_node} to be free; held by {holders()}")
+
+
+NOT_DECISIONS = ("Updating pod condition", "Waited before sending request", "event_broadcaster")
+
+
+def coscheduler_log(cluster: Cluster, namespace: str, lines: int = 30) -> str:
+    """The coscheduler's last decisions about `namespace`'s pods (gang.sh logs them at -v=3):
+    which plugin turned each down, and which queue it went to."""
+    log = REPO / ".cluster" / "logs" / f"{'kind-' if cluster.kind == 'kind' else ''}coscheduler.log"
+    if not log.exists():
+        return f"(no {log})"
+    with log.open(errors="replace") as f:
+        mine = [line.rstrip()[:400] for line in f if f"{namespace}/" in line
+                and not any(noise in line for noise in NOT_DECISIONS)]
+    return "coscheduler log:\n" + "\n".join(mine[-lines:])
 
 
 def gpus_of(pod: dict[str, Any]) -> int:
@@ -170,7 +188,7 @@ def waiting_for_gang(status: dict[str, Any], *words: str) -> dict[str, Any] | No
 
 
 @pytest.mark.usefixtures("gang_scheduler", "operator", "free_gpus", "images")
-def test_gang_waits_whole_and_starts_whole(jobs: Jobs, gpu_node: str) -> None:
+def test_gang_waits_whole_and_starts_whole(cluster: Cluster, jobs: Jobs, gpu_node: str) -> None:
     jobs.apply(gpu_job("a", gang=False, node=gpu_node))
     jobs.wait_running("a")
     # The members that fit wait at Permit for their siblings this long: longer than the
@@ -197,7 +215,19 @@ def test_gang_waits_whole_and_starts_whole(jobs: Jobs, gpu_node: str) -> None:
 
     finish(jobs, "a")
     jobs.wait_phase("a", "Succeeded")
-    status = jobs.wait_running("b", generation=0, timeout=120)
+    wait_for(lambda: not [p for p in jobs.pods("a") if p["status"].get("phase") not in TERMINAL]
+             or None, 60, describe=lambda: f"a's pods gone\n{jobs.describe('a')}")
+    # The coscheduler does not retry a group it last turned down at Permit when other pods
+    # leave (Coscheduling wakes only on new pods and PodGroup changes): its periodic retry of
+    # unschedulable pods places b (20 s in gang.sh, checked every 30 s; seen 42 s after a's pods
+    # were gone).
+    def b_running() -> dict[str, Any] | None:
+        status = jobs.status("b")
+        return status if status.get("phase") == "Running" \
+            and status.get("groupGeneration") == 0 else None
+    status = wait_for(
+        b_running, 150,
+        describe=lambda: f"b running\n{jobs.describe('b')}\n{coscheduler_log(cluster, jobs.namespace)}")
     assert status["restarts"] == 0 and status.get("disruptions", 0) == 0, status
     assert len(bound(jobs.pods("b"))) == 3
 

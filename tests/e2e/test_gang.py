@@ -221,13 +221,10 @@ def test_gang_waits_whole_and_starts_whole(cluster: Cluster, jobs: Jobs, gpu_nod
     # leave (Coscheduling wakes only on new pods and PodGroup changes): its periodic retry of
     # unschedulable pods places b (20 s in gang.sh, checked every 30 s; seen 42 s after a's pods
     # were gone).
-    def b_running() -> dict[str, Any] | None:
-        status = jobs.status("b")
-        return status if status.get("phase") == "Running" \
-            and status.get("groupGeneration") == 0 else None
-    status = wait_for(
-        b_running, 150,
-        describe=lambda: f"b running\n{jobs.describe('b')}\n{coscheduler_log(cluster, jobs.namespace)}")
+    try:
+        status = jobs.wait_running("b", generation=0, timeout=150)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{coscheduler_log(cluster, jobs.namespace)}") from None
     assert status["restarts"] == 0 and status.get("disruptions", 0) == 0, status
     assert len(bound(jobs.pods("b"))) == 3
 

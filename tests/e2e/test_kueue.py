@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from tests.cluster import REPO, Cluster, one_setup_at_a_time, run_script
-from tests.integration.conftest import LOG_DIR, OperatorProcess
+from tests.conftest import LOG_DIR
+from tests.integration.conftest import OperatorProcess
 from tests.integration.fake_nodes import FakeNode
 from tests.integration.jobs import Jobs
 from tests.integration.rbac import chart_identity

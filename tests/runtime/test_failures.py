@@ -2,7 +2,7 @@
 worker freezes the others' progress until the collective aborts.
 
 Measured on a 2-core machine shared with other builds, MWJ_COLLECTIVE_TIMEOUT_SECONDS=15 (the
-heartbeat timeout and the per-collective timeout, see runtime/strategy.py):
+heartbeat timeout and the runtime's collective watchdog, see runtime/strategy.py):
 - SIGKILL of worker 1: its ring neighbour (worker 2) gets "Connection reset by peer" and exits
   4 within 0.3-0.4 s; worker 0 learns it from the coordination service, 9-15 s after the kill
   (a heartbeat timeout, or sooner when worker 2's error report reaches the service first).
@@ -128,9 +128,13 @@ def test_killed_worker_aborts_the_group_which_then_resumes(
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.parametrize("stopped", [1, 0], ids=["worker-1", "worker-0-the-leader"])
 def test_stopped_worker_freezes_progress_until_the_collective_aborts(
-    launcher: Launcher, report: Any
+    launcher: Launcher, report: Any, stopped: int
 ) -> None:
+    """Worker 1 stopped is reported by the coordination service's heartbeats; worker 0 runs
+    that service, so nobody reports it: the runtime's collective watchdog aborts the others
+    (runtime/watchdog.py), as TensorFlow's per-collective timeout did."""
     args = ("--epochs", "50", "--steps-per-epoch", "20", "--step-sleep", "0.05")
     workers = launcher.start(3, args=args)
     wait_for(
@@ -139,9 +143,9 @@ def test_stopped_worker_freezes_progress_until_the_collective_aborts(
         interval=0.2,
         describe=launcher.logs,
     )
-    others = [workers[0], workers[2]]
+    others = [w for w in workers if w.index != stopped]
 
-    workers[1].signal(signal.SIGSTOP)
+    workers[stopped].signal(signal.SIGSTOP)
     stopped_at = time.monotonic()
     frozen = wait_for(
         lambda: frozen_step(others),
@@ -150,15 +154,16 @@ def test_stopped_worker_freezes_progress_until_the_collective_aborts(
         describe="the others' steps to stop advancing",
     )
     frozen_after = time.monotonic() - stopped_at
-    stopped_answers = workers[1].progress(timeout=2)
+    stopped_answers = workers[stopped].progress(timeout=2)
     exits = wait_exits(others, COLLECTIVE_TIMEOUT + ABORT_SLACK + 30, stopped_at)
 
     report(
-        f"SIGSTOP worker 1 -> others' steps frozen at {frozen} after {frozen_after:.1f}s; "
-        f"others exit: {exits} (index: (code, seconds))"
+        f"SIGSTOP worker {stopped} -> others' steps frozen at {frozen} after "
+        f"{frozen_after:.1f}s; others exit: {exits} (index: (code, seconds))"
     )
     assert stopped_answers is None, "a stopped worker must not answer /progress"
-    assert {i: code for i, (code, _) in exits.items()} == {0: 4, 2: 4}, launcher.logs()
+    assert {i: code for i, (code, _) in exits.items()} == {w.index: 4 for w in others}, \
+        launcher.logs()
     assert max(s for _, s in exits.values()) <= COLLECTIVE_TIMEOUT + ABORT_SLACK
     for worker in others:
         assert "collective aborted" in worker.log()

@@ -19,6 +19,7 @@ from multiworker.runtime.errors import Superseded
 from multiworker.runtime.fence import FENCE_FILE, Fence, claim
 from multiworker.runtime.preemption import StopSignal
 from multiworker.runtime.progress import ProgressBoard
+from multiworker.runtime.watchdog import CollectiveWatchdog
 
 from tests.runtime.workers import Launcher, latest_checkpoint_step, wait_exits
 from tests.support import wait_for
@@ -104,7 +105,8 @@ def test_the_final_model_is_fenced_like_a_checkpoint(
     claim(str(checkpoints), Fence(claimed, "uid-1", "runtime-test-worker-0", time.time()))
     config = load_config({"MWJ_JOB_UID": "uid-1", "MWJ_CHECKPOINT_DIR": str(checkpoints),
                           "MWJ_RESTART_COUNT": "0", "MWJ_PROGRESS_PORT": "0"})
-    context = WorkerContext(config=config, progress=ProgressBoard(0, 0), stop=StopSignal())
+    context = WorkerContext(config=config, progress=ProgressBoard(0, 0), stop=StopSignal(),
+                            watchdog=CollectiveWatchdog(config.collective_timeout_seconds))
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     target = tmp_path / "model" / "final.keras"

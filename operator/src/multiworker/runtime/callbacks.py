@@ -1,6 +1,7 @@
 # mypy: disable-error-code="import-untyped"
 # mypy: allow-subclassing-any
-"""Keras callbacks that `fit` adds: progress reporting, periodic checkpoints, SIGTERM stops.
+"""Keras callbacks that `fit` adds: progress reporting, periodic checkpoints, SIGTERM stops,
+the collective watchdog's beats.
 
 All of them run on every worker at the same step, which is what lets the checkpoint and the
 stop agreement use collectives.
@@ -22,6 +23,7 @@ from multiworker.runtime.errors import Preempted
 from multiworker.runtime.preemption import StopSignal, steps_between_checks
 from multiworker.runtime.progress import ProgressBoard
 from multiworker.runtime.survivors import Witness
+from multiworker.runtime.watchdog import CollectiveWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,24 @@ class ProgressCallback(keras.callbacks.Callback):
             "" if accuracy is None else f", accuracy {_format(accuracy)}",
             state["stepsPerSecond"],
         )
+
+
+class WatchdogCallback(keras.callbacks.Callback):
+    """Beats the collective watchdog at each step's start and end (watchdog.py): the step's
+    all-reduce and the callbacks' collectives between steps are each bounded on their own.
+    The first step of a run also traces the step function."""
+
+    def __init__(self, watchdog: CollectiveWatchdog) -> None:
+        super().__init__()
+        self._watchdog = watchdog
+        self._traced = False
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self._watchdog.beat(tracing=not self._traced)
+        self._traced = True
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self._watchdog.beat()
 
 
 class WitnessCallback(keras.callbacks.Callback):

@@ -136,7 +136,8 @@ def save_model(context: WorkerContext, model: keras.Model, path: str) -> None:
     config = context.config
     if config.checkpoint_dir is not None:
         newer = fence.check(config.checkpoint_dir, fence.own_fence(config), reclaim=False)
-        stop_if_superseded(model.distribute_strategy, config, newer, step_of(model))
+        with context.watchdog.armed():
+            stop_if_superseded(model.distribute_strategy, config, newer, step_of(model))
     if config.is_chief:
         parent = os.path.dirname(path)
         if parent:

@@ -15,6 +15,7 @@ from multiworker.runtime.errors import ConfigError, ExitCode, RuntimeFailure
 from multiworker.runtime.exits import exit_now, write_termination_message
 from multiworker.runtime.preemption import StopSignal
 from multiworker.runtime.progress import Phase, ProgressBoard, serve_progress
+from multiworker.runtime.watchdog import CollectiveWatchdog
 
 log = logging.getLogger("multiworker.runtime")
 
@@ -39,6 +40,7 @@ def run(
         config=config,
         progress=ProgressBoard(config.worker_index, config.restart_count),
         stop=StopSignal(superseded=lambda: superseded(config)),
+        watchdog=CollectiveWatchdog(config.collective_timeout_seconds),
     )
     serve_progress(context.progress, config.progress_port)
     log.info(

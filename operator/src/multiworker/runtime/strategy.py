@@ -15,15 +15,15 @@ How a dead or stopped peer is detected (TF 2.21, read from collective_all_reduce
   `configure_coordination_service`, set on its proto): the constructor fails after that long
   if some worker never registers. Without the barrier, worker 0 waits forever (measured).
   `shutdown_barrier_timeout_in_ms`: how long a finished worker waits for the others at exit.
-- `CommunicationOptions.timeout_seconds`: every collective that waits longer fails with
-  DeadlineExceededError. This catches what heartbeats cannot: a stopped *leader* (worker 0 runs
-  the service, so nobody reports it). It must exceed the longest legitimate wait between
-  workers, e.g. the first step's tracing or a checkpoint write.
+- A collective that waits past MWJ_COLLECTIVE_TIMEOUT_SECONDS is aborted by the runtime's
+  watchdog (watchdog.py), not by `CommunicationOptions.timeout_seconds`, whose thread per
+  collective outlives the collective by the whole timeout (thousands of threads a minute).
+  This catches what heartbeats cannot: a stopped *leader* (worker 0 runs the service, so
+  nobody reports it).
 
 Both take MWJ_COLLECTIVE_TIMEOUT_SECONDS, so a gone peer aborts training within about that time.
 Measured with 3 CPU workers on loopback and 15 s: SIGKILL of worker 1 -> its ring neighbour
-fails at once (connection reset), worker 0 within 9-15 s; SIGSTOP of worker 1 -> 10-13 s. A
-stopped worker 0 (timeout 10 s, by hand) -> DeadlineExceededError after exactly 10 s.
+fails at once (connection reset), worker 0 within 9-15 s; SIGSTOP of worker 1 -> 10-13 s.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def make_strategy(context: WorkerContext) -> tf.distribute.MultiWorkerMirroredSt
     config = context.config
     wait_for_peers(context)
     gpus = len(tf.config.list_physical_devices("GPU"))
-    options = communication_options(gpus, config.collective_timeout_seconds)
+    options = communication_options(gpus)
     if not config.is_standalone:
         context.progress.set_phase(Phase.WAITING_FOR_PEERS)
         _configure_coordination_service(config)
@@ -94,7 +94,7 @@ def make_strategy(context: WorkerContext) -> tf.distribute.MultiWorkerMirroredSt
         ) from e
     context.stop.install()
     log.info(
-        "strategy ready: %d replicas, %s all-reduce, collective timeout %gs",
+        "strategy ready: %d replicas, %s all-reduce, collective bound %gs (watchdog)",
         strategy.num_replicas_in_sync,
         options.implementation.name,
         config.collective_timeout_seconds,
@@ -102,14 +102,12 @@ def make_strategy(context: WorkerContext) -> tf.distribute.MultiWorkerMirroredSt
     return strategy
 
 
-def communication_options(
-    gpus: int, timeout_seconds: float
-) -> tf.distribute.experimental.CommunicationOptions:
-    """NCCL when GPUs are visible (it is the fast GPU path), RING over gRPC otherwise."""
+def communication_options(gpus: int) -> tf.distribute.experimental.CommunicationOptions:
+    """NCCL when GPUs are visible (it is the fast GPU path), RING over gRPC otherwise; no
+    `timeout_seconds` (see the module docstring: the watchdog bounds collectives)."""
     implementation = tf.distribute.experimental.CommunicationImplementation
     return tf.distribute.experimental.CommunicationOptions(
-        implementation=implementation.NCCL if gpus else implementation.RING,
-        timeout_seconds=timeout_seconds,
+        implementation=implementation.NCCL if gpus else implementation.RING
     )
 
 

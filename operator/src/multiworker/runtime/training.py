@@ -18,6 +18,7 @@ from multiworker.runtime.callbacks import (
     CheckpointCallback,
     PreemptionCallback,
     ProgressCallback,
+    WatchdogCallback,
     WitnessCallback,
 )
 from multiworker.runtime.checkpoint import CheckpointStore
@@ -60,7 +61,8 @@ def fit(
     on purpose from MWJ_RESUME_FROM_DIR (another job's checkpoint otherwise exits 2, see
     ownership.py); checkpoints every `checkpoint_every_steps` steps (None: each epoch),
     reports progress, and on SIGTERM checkpoints and raises Preempted (exit 143). A collective
-    failure raises CollectiveAborted (exit 4). A checkpoint directory that not every worker
+    failure raises CollectiveAborted (exit 4), and so does a collective that waits longer
+    than MWJ_COLLECTIVE_TIMEOUT_SECONDS (watchdog.py). A checkpoint directory that not every worker
     sees exits 2 at start; a newer generation's claim on it raises Superseded (exit 5) at start
     or before a save (agreement.py). `dataset` must yield one global batch per step,
     indefinitely (e.g. `.repeat()`); one iterator over it serves the whole run (inputs.py), and
@@ -78,9 +80,11 @@ def fit(
     samples = SampleCount() if global_batch else None
     context.stop.last_gasp = lambda signalled: _last_gasp(context, model, witness, signalled,
                                                           samples)
+    first = [WatchdogCallback(context.watchdog), WitnessCallback(witness)]
     try:
-        _fit(context, model, dataset, epochs, steps_per_epoch, checkpoint_every_steps,
-             [WitnessCallback(witness), *callbacks], global_batch, samples)
+        with context.watchdog.armed():
+            _fit(context, model, dataset, epochs, steps_per_epoch, checkpoint_every_steps,
+                 [*first, *callbacks], global_batch, samples)
     except PEER_FAILURES as e:
         log.warning("collective error from TensorFlow:\n%s", e.message)
         message = describe_abort(type(e).__name__, e.message, context.config)
@@ -140,6 +144,7 @@ def _fit(
     # for every worker's marker (agreement.py).
     directory = config.checkpoint_dir
     view = enter_directory(strategy, config, directory) if directory else None
+    context.watchdog.beat()
     store = _store(model, config, samples)
     # Agree on the directory and the step before any collective that may differ between
     # workers: restoring builds the optimizer's slots under the strategy, which may run
@@ -149,7 +154,9 @@ def _fit(
     # the check naming the unshared volume.
     source, found = store.find() if store else (None, 0)
     check_same_directory_and_step(strategy, config, found, view)
+    context.watchdog.beat()
     restored = store.restore(source) if store else 0
+    context.watchdog.beat()
     segments = plan_segments(restored, steps_per_epoch, epochs)
     if restored:
         epoch, batch = divmod(restored, steps_per_epoch)

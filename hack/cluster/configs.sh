@@ -75,6 +75,9 @@ serializeImagePulls: false
 imageGCHighThresholdPercent: 100   # images are imported, never pulled: never collect them
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 maxPods: 250
+# What managed clusters commonly allow a pod: a trainer whose threads grow with its
+# collectives fails the tests in minutes instead of a user's run after hours.
+podPidsLimit: 4096
 EOT
 
 cat > "$state/kube-proxy.yaml" <<EOT

@@ -72,6 +72,7 @@ kubeadmConfigPatches:
 - |
   kind: KubeletConfiguration
   failCgroupV1: false
+  podPidsLimit: 4096   # as managed clusters: a thread leak fails the tests (configs.sh)
 EOF
   if [ "$offline" = 1 ]; then
     cat <<EOF

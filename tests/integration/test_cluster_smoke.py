@@ -112,6 +112,35 @@ def test_crd_cel_rule_rejects_bad_object(cluster: Cluster, namespace: str) -> No
     assert "min must not exceed max" in proc.stderr
 
 
+# hack/cluster/configs.sh and hack/kind/up.sh: a limit managed clusters use, so that a leak of
+# threads fails the tests instead of a long run.
+POD_PIDS_LIMIT = 4096
+
+
+def test_the_kubelet_caps_a_pods_threads(cluster: Cluster, namespace: str) -> None:
+    """A pod that starts threads until it cannot is stopped near the kubelet's podPidsLimit:
+    a trainer whose threads grow with its collectives dies here in minutes, as on a managed
+    cluster, rather than after hours."""
+    script = """
+        import threading
+        hold = threading.Event()
+        count = 0
+        try:
+            while count < 20000:
+                threading.Thread(target=hold.wait, daemon=True).start()
+                count += 1
+        except RuntimeError:
+            pass
+        print("threads", count, flush=True)
+        hold.set()
+    """
+    apply(cluster, namespace, pod("pids", script))
+    wait_phase(cluster, namespace, "pids", "Succeeded", timeout=120)
+    out = cluster.kubectl("-n", namespace, "logs", "pids").stdout
+    started = int(out.split()[-1])
+    assert POD_PIDS_LIMIT - 50 < started < POD_PIDS_LIMIT, out
+
+
 def test_deployment_pod_runs_on_real_kubelet(cluster: Cluster, namespace: str) -> None:
     deploy = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "sleeper"},

@@ -147,6 +147,7 @@ class Controller:
                              status_seconds=self.progress_status_seconds)
         self._pods_by_node = Store(index_of=_node_of)  # the jobs a node event concerns
         self.launchers = Launchers(self._launcher_reported)
+        metrics.track_tables(self.table_sizes)
 
     # --- lifecycle ---
 
@@ -213,6 +214,21 @@ class Controller:
                 return f"the pass over {key[0]}/{key[1]} has run for {now - started:.0f}s"
         dead = [i.path for i in self._all_informers() if i.synced.is_set() and not i.alive]
         return f"informers stopped: {', '.join(dead)}" if dead else None
+
+    def table_sizes(self) -> dict[str, int]:
+        """Entries of every table the operator keeps per job, pod or node: each must follow
+        what exists now, not every job ever seen (the soak benchmark churns thousands)."""
+        return {
+            "jobs": len(self.view.job_store), "pods": len(self.view.pod_store),
+            "nodes": len(self.view.node_store), "workloads": len(self.view.workload_store),
+            "pods by node": len(self._pods_by_node), "status writes": len(self.view.written),
+            "polled jobs": len(self.poller.jobs), "queued": len(self.queue),
+            "followed launchers": len(self.launchers), "failures": len(self._failures),
+            "expected pods": len(self._expected), "pod sightings": len(self._pod_seen),
+            "in pass": len(self._in_pass), "classified": len(self._classified),
+            "written at": len(self._written_at), "namespaces": len(self._jobs_per_namespace),
+            "job series": metrics.tracked_series(),
+        }
 
     def _all_informers(self) -> list[Informer]:
         return [*self.informers, *([self._lease_informer] if self._lease_informer else []),

@@ -79,6 +79,10 @@ class Launchers:
         self._session: aiohttp.ClientSession | None = None
         self._tasks: dict[Key, dict[LauncherTarget, asyncio.Task[None]]] = {}
 
+    def __len__(self) -> int:
+        """Jobs whose launchers are followed now."""
+        return len(self._tasks)
+
     def follow(self, key: Key, targets: Iterable[LauncherTarget]) -> None:
         """Follow exactly `targets` for the job `key` (call from the event loop)."""
         wanted, running = set(targets), self._tasks.setdefault(key, {})

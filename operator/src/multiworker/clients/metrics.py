@@ -7,7 +7,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 
 from multiworker.api.status import Phase
 
@@ -188,6 +189,38 @@ def _labelsets(gauge: Gauge) -> list[tuple[str, ...]]:
 def _drop(gauge: Gauge, *labels: str) -> None:
     with contextlib.suppress(KeyError):
         gauge.remove(*labels)
+
+
+class _Tables:
+    """multiworker_tracked_entries, read at each scrape from the function `track_tables`
+    gives it (no update per pass)."""
+
+    sizes: Callable[[], Mapping[str, int]] = staticmethod(dict)
+
+    def collect(self) -> Any:
+        family = GaugeMetricFamily(
+            "multiworker_tracked_entries",
+            "Entries of each of the operator's per-object tables: each follows the objects "
+            "that exist now (jobs, pods, nodes), never all the jobs it has seen.",
+            labels=["table"])
+        for table, size in sorted(self.sizes().items()):
+            family.add_metric([table], size)
+        yield family
+
+
+_TABLES = _Tables()
+REGISTRY.register(_TABLES)
+
+
+def track_tables(sizes: Callable[[], Mapping[str, int]]) -> None:
+    """Export the sizes `sizes()` reports (the controller's tables) at every scrape."""
+    _TABLES.sizes = sizes
+
+
+def tracked_series() -> int:
+    """How many per-job series this process exports now (the jobs it handles)."""
+    with _lock:
+        return len(_job_phases)
 
 
 for _phase in Phase:  # every phase exported (as 0) from the first scrape on

@@ -358,8 +358,11 @@ def churn(args: argparse.Namespace) -> None:
         print(f"table {table_name:18} {first['tables'][table_name]:13.0f} "
               f"{last['tables'][table_name]:8.0f}")
     print("left in the namespace: " + ", ".join(
-        f"{kind} {len(names)}" for kind, names in left.items()) +
-          " (kube-root-ca.crt is Kubernetes'; Events expire after their TTL, 1 h by default)")
+        f"{kind} {len(names)}" + (f" ({', '.join(n.split('/')[-1] for n in names)})"
+                                  if kind in ("configmaps", "leases") else "")
+        for kind, names in left.items()) +
+          "\n(kube-root-ca.crt is Kubernetes'; the Lease is the running operator's leadership "
+          "of the namespace; Events expire after their TTL, 1 h by default)")
 
 
 def main() -> None:

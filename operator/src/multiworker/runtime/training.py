@@ -22,6 +22,7 @@ from multiworker.runtime.callbacks import (
     WitnessCallback,
 )
 from multiworker.runtime.checkpoint import CheckpointStore
+from multiworker.runtime.collective import fixed_instance_keys
 from multiworker.runtime.config import MWJ_CHECKPOINT_DIR, RuntimeConfig
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.elastic import SCALE_LEARNING_RATE, sized
@@ -57,18 +58,19 @@ def fit(
 ) -> None:
     """Trains `model` (built and compiled under the strategy's scope) to `epochs` epochs.
 
-    Resumes at the exact step saved from this job's own checkpoint in MWJ_CHECKPOINT_DIR, or
-    on purpose from MWJ_RESUME_FROM_DIR (another job's checkpoint otherwise exits 2, see
-    ownership.py); checkpoints every `checkpoint_every_steps` steps (None: each epoch),
-    reports progress, and on SIGTERM checkpoints and raises Preempted (exit 143). A collective
-    failure raises CollectiveAborted (exit 4), and so does a collective that waits longer
-    than MWJ_COLLECTIVE_TIMEOUT_SECONDS (watchdog.py). A checkpoint directory that not every worker
-    sees exits 2 at start; a newer generation's claim on it raises Superseded (exit 5) at start
-    or before a save (agreement.py). `dataset` must yield one global batch per step,
-    indefinitely (e.g. `.repeat()`); one iterator over it serves the whole run (inputs.py), and
-    a resumed run starts it at the batch the restored step left off (deterministic pipelines
-    then train exactly as an uninterrupted run would). When a peer dies, this worker saves its
-    replica before exiting 4 (survivors.py).
+    Resumes at the exact step saved from this job's own checkpoint in MWJ_CHECKPOINT_DIR, or on
+    purpose from MWJ_RESUME_FROM_DIR (another job's checkpoint otherwise exits 2, see
+    ownership.py); checkpoints every `checkpoint_every_steps` steps (None: each epoch), reports
+    progress, and on SIGTERM checkpoints and raises Preempted (exit 143). A collective failure
+    raises CollectiveAborted (exit 4), and so does a collective that waits longer than
+    MWJ_COLLECTIVE_TIMEOUT_SECONDS (watchdog.py). The train step is traced with fixed collective
+    keys, so a long run's memory does not grow with its steps (collective.py). A checkpoint
+    directory that not every worker sees exits 2 at start; a newer generation's claim on it
+    raises Superseded (exit 5) at start or before a save (agreement.py). `dataset` must yield
+    one global batch per step, indefinitely (e.g. `.repeat()`); one iterator over it serves the
+    whole run (inputs.py), and a resumed run starts it at the batch the restored step left off
+    (deterministic pipelines then train exactly as an uninterrupted run would). When a peer
+    dies, this worker saves its replica before exiting 4 (survivors.py).
 
     With `global_batch` (the full group's; a job with spec.elastic), `dataset` yields single
     examples instead, indefinitely and in a deterministic order: the runtime batches them at
@@ -82,7 +84,7 @@ def fit(
                                                           samples)
     first = [WatchdogCallback(context.watchdog), WitnessCallback(witness)]
     try:
-        with context.watchdog.armed():
+        with context.watchdog.armed(), fixed_instance_keys():
             _fit(context, model, dataset, epochs, steps_per_epoch, checkpoint_every_steps,
                  [*first, *callbacks], global_batch, samples)
     except PEER_FAILURES as e:

@@ -66,8 +66,7 @@ def sum_over_workers(strategy: tf.distribute.Strategy, values: Sequence[int]) ->
         summed = _SUMS[strategy] = tf.function(_summing(strategy))
     with fixed_instance_keys():
         total = summed(tf.constant(values, dtype=tf.int64))
-    local = len(strategy.extended.worker_devices)
-    return [int(v) // local for v in total.numpy()]
+    return [int(v) for v in total.numpy()]
 
 
 def _summing(strategy: tf.distribute.Strategy) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -77,6 +76,7 @@ def _summing(strategy: tf.distribute.Strategy) -> Callable[[tf.Tensor], tf.Tenso
             return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(values),
                                       options=_RING)
 
-        return strategy.experimental_local_results(strategy.run(replica))[0]
+        local = strategy.experimental_local_results(strategy.run(replica))
+        return local[0] // len(local)
 
     return sum_over

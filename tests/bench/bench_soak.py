@@ -221,7 +221,7 @@ def trainers(args: argparse.Namespace) -> None:
                         series.setdefault(key, Series(f"{pod} {role} {pid}")).samples.append(
                             (elapsed, held))
                 status = json.loads(cluster.kubectl("-n", namespace, "get", "mwj", name, "-o",
-                                                    "jsonpath={.status}") or "{}")
+                                                    "jsonpath={.status}", check=False) or "{}")
                 step = (status.get("progress") or {}).get("step")
                 print(f"{elapsed:6.0f}s {status.get('phase')} step {step} restarts "
                       f"{status.get('restarts', 0)} disruptions {status.get('disruptions', 0)}; "

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import keras
@@ -181,16 +182,17 @@ def _fit(
         # One iterator for all segments, starting at the batch the restored step left off.
         data, spec = distribute(strategy, dataset, skip=restored), dataset.element_spec
     _build_from_spec(model, spec)
-    for segment in segments:
-        model.fit(
-            data,
-            initial_epoch=segment.initial_epoch,
-            epochs=segment.epochs,
-            steps_per_epoch=segment.steps_per_epoch,
-            callbacks=all_callbacks,
-            shuffle=False,  # a tf.data pipeline shuffles itself
-            verbose=0,
-        )
+    with _traced_metric_results(model):
+        for segment in segments:
+            model.fit(
+                data,
+                initial_epoch=segment.initial_epoch,
+                epochs=segment.epochs,
+                steps_per_epoch=segment.steps_per_epoch,
+                callbacks=all_callbacks,
+                shuffle=False,  # a tf.data pipeline shuffles itself
+                verbose=0,
+            )
     if samples is not None:
         step = int(model.optimizer.iterations.numpy())
         log.info("trained to step %d on samples [0, %d)", step, samples.at(step))
@@ -233,6 +235,23 @@ def _build_from_spec(model: keras.Model, element_spec: Any) -> None:
     with model.distribute_strategy.scope():
         model._symbolic_build(data_batch=element_spec)
     model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+
+
+@contextlib.contextmanager
+def _traced_metric_results(model: keras.Model) -> Iterator[None]:
+    """At each epoch's start and end Keras resets and reads its metrics eagerly; under MWMS
+    each metric variable is then summed or assigned over the workers by an eager collective,
+    which takes a new instance key, and TensorFlow keeps a record per key (collective.py):
+    ~10 records an epoch, unbounded over a long run of short epochs. Traced once (inside
+    `fit`, with fixed keys), the same resets and reads reuse their keys."""
+    eager = {name: getattr(model, name) for name in ("get_metrics_result", "reset_metrics")}
+    for name, method in eager.items():
+        setattr(model, name, tf.function(method))
+    try:
+        yield
+    finally:
+        for name, method in eager.items():
+            setattr(model, name, method)
 
 
 def _store(model: keras.Model, config: RuntimeConfig, samples: SampleCount | None

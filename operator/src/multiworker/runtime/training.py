@@ -182,7 +182,7 @@ def _fit(
         # One iterator for all segments, starting at the batch the restored step left off.
         data, spec = distribute(strategy, dataset, skip=restored), dataset.element_spec
     _build_from_spec(model, spec)
-    with _traced_metric_results(model):
+    with _metrics_without_eager_collectives(model):
         for segment in segments:
             model.fit(
                 data,
@@ -238,15 +238,18 @@ def _build_from_spec(model: keras.Model, element_spec: Any) -> None:
 
 
 @contextlib.contextmanager
-def _traced_metric_results(model: keras.Model) -> Iterator[None]:
+def _metrics_without_eager_collectives(model: keras.Model) -> Iterator[None]:
     """At each epoch's start and end Keras resets and reads its metrics eagerly; under MWMS
-    each metric variable is then summed or assigned over the workers by an eager collective,
-    which takes a new instance key, and TensorFlow keeps a record per key (collective.py):
-    ~10 records an epoch, unbounded over a long run of short epochs. Traced once (inside
-    `fit`, with fixed keys), the same resets and reads reuse their keys."""
-    eager = {name: getattr(model, name) for name in ("get_metrics_result", "reset_metrics")}
-    for name, method in eager.items():
-        setattr(model, name, tf.function(method))
+    each metric variable is then summed over the workers by an eager collective, which takes
+    a new instance key, and TensorFlow keeps a record per key (collective.py): ~10 records an
+    epoch, unbounded over a long run of short epochs. Inside `fit` the resets run traced
+    (with fixed keys), and the epoch's logs are its last step's, which the train step has
+    already averaged over the workers (Keras's own choice when they name other metrics than
+    the model's, as with a custom train step)."""
+    eager = {name: getattr(model, name)
+             for name in ("_get_metrics_result_or_logs", "reset_metrics")}
+    model.reset_metrics = tf.function(eager["reset_metrics"])
+    model._get_metrics_result_or_logs = lambda logs: logs
     try:
         yield
     finally:

@@ -47,7 +47,7 @@ def test_an_armed_wait_past_the_bound_aborts_once_and_says_why() -> None:
         assert aborts.fired.wait(5)
         waited = time.monotonic() - started
         time.sleep(2 * BOUND)
-    assert BOUND <= waited < BOUND + 1.0
+    assert BOUND <= waited < BOUND + 10  # the upper end: a loaded machine's thread wake-up
     assert len(aborts.messages) == 1
     assert "collective timed out" in aborts.messages[0]
     assert "MWJ_COLLECTIVE_TIMEOUT_SECONDS 0.3" in aborts.messages[0]
@@ -56,12 +56,13 @@ def test_an_armed_wait_past_the_bound_aborts_once_and_says_why() -> None:
 
 def test_beats_keep_it_quiet_and_it_never_fires_unarmed() -> None:
     aborts = Aborts()
-    watchdog = CollectiveWatchdog(BOUND, abort=aborts)
+    bound = 2.0  # ten times a step's sleep: a loaded machine may oversleep a step
+    watchdog = CollectiveWatchdog(bound, abort=aborts)
     with watchdog.armed():
-        for _ in range(10):  # three bounds of steps, each well inside it
-            time.sleep(BOUND / 3)
+        for _ in range(15):  # 1.5 bounds of steps, each well inside it
+            time.sleep(bound / 10)
             watchdog.beat()
-    time.sleep(3 * BOUND)  # disarmed: a long pause (the chief saving, user code) is fine
+    time.sleep(1.5 * bound)  # disarmed: a long pause (the chief saving, user code) is fine
     assert aborts.messages == []
 
 
@@ -70,8 +71,8 @@ def test_a_first_step_may_take_longer_for_tracing() -> None:
     watchdog = CollectiveWatchdog(BOUND, abort=aborts)
     with watchdog.armed():
         watchdog.beat(tracing=True)
-        assert not aborts.fired.wait(BOUND * 1.5)
-        assert aborts.fired.wait(BOUND * FIRST_STEP_BOUNDS)
+        assert not aborts.fired.wait(BOUND * (FIRST_STEP_BOUNDS - 0.5))
+        assert aborts.fired.wait(10)
 
 
 def test_one_thread_however_often_it_is_armed() -> None:

@@ -240,6 +240,10 @@ def trainers(args: argparse.Namespace) -> None:
     print(table(ordered))
     for line in callouts(ordered) or ["nothing grows after its first minute"]:
         print(line)
+    print("known and bounded: a trainer gains a little with each checkpoint, not with steps: "
+          "TensorFlow's Checkpoint.write globs '<prefix>*' and Python's fnmatch cache keeps each "
+          "new pattern (at most 32,768, ~0.7 KB each); the example checkpoints every 15-step "
+          "epoch, so here that shows (docs/benchmarks.md#long-runs)")
     print(f"job: {status.get('phase')}, step {(status.get('progress') or {}).get('step')}, "
           f"restarts {status.get('restarts', 0)}, disruptions {status.get('disruptions', 0)}, "
           f"generation {status.get('groupGeneration', 0)}")

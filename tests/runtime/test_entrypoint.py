@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from multiworker.decide.progress import final_progress
-from multiworker.runtime.exits import write_termination_message
+from multiworker.runtime.exits import PEERS_LAST_READ_SECONDS, write_termination_message
 
 SCRIPT = """
 import sys
@@ -71,6 +72,20 @@ def test_outcome_becomes_the_exit_code(outcome: str, code: int, message: str) ->
     result = run_script(outcome)
     assert result.returncode == code, result.stderr
     assert message in result.stderr
+
+
+@pytest.mark.parametrize(("outcome", "lingers"), [
+    ("superseded", True), ("preempted", True), ("collective", False), ("peers", False)])
+def test_a_worker_leaving_on_its_own_decision_serves_its_peers_a_moment_longer(
+    outcome: str, lingers: bool
+) -> None:
+    """Its peers may still be reading this worker's part of the last all-reduce: a worker that
+    left at once closed the socket, and the reader exited 4 instead of 2 (CI). Where a peer
+    is gone (3, 4) there is no one to serve."""
+    started = time.monotonic()
+    run_script(outcome)
+    took = time.monotonic() - started
+    assert (took >= PEERS_LAST_READ_SECONDS) == lingers, took
 
 
 def test_bad_configuration_exits_2_listing_every_problem() -> None:

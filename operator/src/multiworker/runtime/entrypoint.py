@@ -8,11 +8,15 @@ import os
 from collections.abc import Callable, Mapping
 from typing import NoReturn
 
-from multiworker.api.contract import FINAL_REPORT_PREFIX
+from multiworker.api.contract import FINAL_REPORT_PREFIX, PEER_FAILURE_EXIT_CODES
 from multiworker.runtime.config import RuntimeConfig, load_config, superseded
 from multiworker.runtime.context import WorkerContext
 from multiworker.runtime.errors import ConfigError, ExitCode, RuntimeFailure
-from multiworker.runtime.exits import exit_now, write_termination_message
+from multiworker.runtime.exits import (
+    PEERS_LAST_READ_SECONDS,
+    exit_now,
+    write_termination_message,
+)
 from multiworker.runtime.preemption import StopSignal
 from multiworker.runtime.progress import Phase, ProgressBoard, serve_progress
 from multiworker.runtime.watchdog import CollectiveWatchdog
@@ -56,9 +60,10 @@ def run(
     except RuntimeFailure as e:
         context.progress.set_phase(Phase.FAILED)
         clean = e.exit_code in _STOPS
+        peers_gone = e.exit_code in PEER_FAILURE_EXIT_CODES
         log.log(logging.WARNING if clean else logging.ERROR, "%s (exit %d)", e, e.exit_code)
         write_termination_message(f"{e} (exit {e.exit_code:d})")
-        exit_now(e.exit_code)
+        exit_now(e.exit_code, 0.0 if peers_gone else PEERS_LAST_READ_SECONDS)
     except BaseException:
         context.progress.set_phase(Phase.FAILED)
         raise

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from typing import NoReturn
 
 # Where the kubelet mounts the container's termination message file (the default
@@ -17,14 +18,22 @@ from typing import NoReturn
 # operator shows in status.lastFailure and its Events. Absent outside Kubernetes.
 TERMINATION_LOG = "/dev/termination-log"
 _MAX_MESSAGE_BYTES = 4096  # the kubelet keeps no more
+# How long a worker that leaves on its own decision (exit 2, 5, 143) keeps serving its peers: its
+# part of the last all-reduce is done, yet a peer may still be reading its buffer. Leaving at
+# once closed that socket and the peer exited 4 instead of with the group's code (CI, under
+# load). The reads take milliseconds.
+PEERS_LAST_READ_SECONDS = 2.0
 
 
-def exit_now(code: int) -> NoReturn:
-    """Flushes logs and output, then ends the process immediately with `code`."""
+def exit_now(code: int, linger_seconds: float = 0.0) -> NoReturn:
+    """Flushes logs and output, then ends the process with `code` — after `linger_seconds`,
+    during which TensorFlow's server still answers the peers."""
     for handler in logging.getLogger().handlers:
         handler.flush()
     sys.stdout.flush()
     sys.stderr.flush()
+    if linger_seconds > 0:
+        time.sleep(linger_seconds)
     os._exit(code)
 
 

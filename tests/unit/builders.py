@@ -110,11 +110,14 @@ class PodBuilder:
         return self._trainer({"running": {"startedAt": stamp(1)}})
 
     def exited(
-        self, code: int, reason: str = "Error", message: str = "", finished: float = 10
+        self, code: int, reason: str = "Error", message: str = "", finished: float = 10,
+        started: float | None = None,
     ) -> PodBuilder:
         self.pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
         terminated = {"exitCode": code, "reason": reason, "message": message,
                       "finishedAt": stamp(finished)}
+        if started is not None:
+            terminated["startedAt"] = stamp(started)
         return self._trainer({"terminated": terminated})
 
     def deleted(self, requested: float, grace: int = 30) -> PodBuilder:

@@ -42,6 +42,7 @@ class Reason(StrEnum):
     WORKER_DISRUPTED = "WorkerDisrupted"
     GROUP_RECOVERED = "GroupRecovered"
     RESTART_LIMIT_EXCEEDED = "RestartLimitExceeded"
+    REPEATED_STARTUP_ERROR = "RepeatedStartupError"
     EXIT_CODE_FAILS_JOB = "ExitCodeFailsJob"
     STARTUP_TIMEOUT = "StartupTimeout"
     INVALID_SPEC = "InvalidSpec"

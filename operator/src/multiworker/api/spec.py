@@ -133,6 +133,15 @@ class RestartPolicy(Model):
     node, IP, GPUs and volumes, and no trainer of the new group starts before every trainer of
     the old one stopped; otherwise it recreates them, saying why. Takes effect for pods created
     after it is set."""
+    fail_fast_on_repeated_startup_error: bool = True
+    """Fail the job, without spending the restarts left, when a group dies before training a
+    step of the same error as the group before it (same exit code, exception and message but
+    for numbers): a script that fails this way every time — an import error, a missing
+    file, a shape mismatch — fails the job after its second try, with reason
+    RepeatedStartupError and the error's own words. Before a step means: no worker reported
+    a step past its restored one on GET /progress, or, for a script that serves none, the
+    failing container ran under 5 minutes. Errors from peers (UnavailableError, ...) never
+    count."""
     survivor_save_seconds: int = Field(default=10, ge=0, le=600)
     """How long the pods of a group broken by a worker's failure or a lost node may take to
     stop, when its workers run the multiworker runtime with checkpoints: its survivors save

@@ -64,6 +64,10 @@ class FailureRecord(Model):
     steps_lost: int | None = None
     """Steps trained before the failure that the next group had to train again (lastStep
     less the step it resumed from), once it resumed."""
+    startup_error: str | None = Field(default=None, max_length=1024)
+    """The shape of the exception that ended the group before it trained a step (exit code,
+    type and message, numbers blanked): the next group dying of the same one fails the job
+    (spec.restartPolicy.failFastOnRepeatedStartupError)."""
 
 
 class ProgressStatus(Model):

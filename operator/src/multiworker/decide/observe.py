@@ -17,6 +17,7 @@ from typing import Any
 
 from multiworker.api import names
 from multiworker.decide.ownership import controlled_by
+from multiworker.decide.tracebacks import readable
 
 Pod = Mapping[str, Any]
 
@@ -73,6 +74,7 @@ class WorkerState:
     reason: str = ""
     message: str = ""
     since: datetime | None = None  # failed/disrupted: when; pending/starting: pod creation
+    started_at: datetime | None = None  # failed: when its trainer started, where known
     # Failed/disrupted: when this operator first saw it, on its own clock. `since` is the
     # node's (a kubelet's finishedAt) and only orders blame; windows and comparisons with
     # Lease arrivals use this, so a node whose clock is off cannot move them.
@@ -329,9 +331,9 @@ def disruption_state(
 
 
 def tail(text: str, lines: int = MESSAGE_LINES, chars: int = MESSAGE_CHARS) -> str:
-    """The last lines of a termination message — where a traceback says what went wrong."""
-    kept = "\n".join(line for line in text.strip().splitlines()[-lines:])
-    return kept[-chars:]
+    """What a termination message says went wrong (tracebacks.readable): the exception and
+    where, or the last lines; a NumPy array or a tensor in it elided."""
+    return readable(text, lines, chars)
 
 
 def _exited(index: int, pod: str, terminated: Mapping[str, Any], prefix: str) -> WorkerState:
@@ -341,6 +343,7 @@ def _exited(index: int, pod: str, terminated: Mapping[str, Any], prefix: str) ->
         reason=terminated.get("reason") or "Error",
         message=prefix + tail(terminated.get("message") or ""),
         since=_time(terminated.get("finishedAt")),
+        started_at=_time(terminated.get("startedAt")),
     )
 
 
@@ -425,6 +428,7 @@ def exit_record(generation: int, state: WorkerState) -> str:
     """What the operator writes on a pod whose trainer it saw exit (ANNOTATION_TRAINER_EXIT)."""
     return json.dumps({"generation": generation, "exitCode": state.exit_code,
                        "reason": state.reason, "message": state.message,
+                       "startedAt": state.started_at.isoformat() if state.started_at else None,
                        "finishedAt": state.since.isoformat() if state.since else None},
                       separators=(",", ":"))
 

@@ -9,7 +9,7 @@ and only after a short window in which the peer's own failure may still show up.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
@@ -29,6 +29,7 @@ from multiworker.decide.observe import (
     WorkerState,
 )
 from multiworker.decide.progress import GroupHealth
+from multiworker.decide.tracebacks import ScriptError, script_error
 
 # How long a symptom waits for the failure that caused it to show in the API: the kubelets
 # of two nodes report a pod's end a second or more apart.
@@ -44,6 +45,9 @@ BROKEN_GROUP_GRACE_SECONDS = 3
 # How often a group the scheduler refuses looks again at the nodes it was created to avoid: a
 # renewed Lease wakes no job that has no pod on that node.
 AVOIDED_NODE_RECHECK_SECONDS = 5.0
+# A script that serves no progress: a failure this soon after its trainer started counts as
+# its start-up's (policy.startup_error).
+UNREPORTED_STARTUP_SECONDS = 300
 # Waiting reasons that no amount of waiting fixes.
 FAIL_AT_ONCE_WAITING_REASONS = frozenset({"InvalidImageName"})
 _MAX_DOUBLINGS = 32
@@ -70,6 +74,7 @@ class Culprit:
     exit_code: int | None = None
     message: str = ""  # details: the last lines of its termination message, the hang
     since: datetime | None = None
+    startup_error: str | None = None  # ScriptError.shape of a failure before the first step
 
 
 @dataclass(frozen=True)
@@ -181,7 +186,7 @@ def failure_action(
                 wait_until = max(wait_until, seen + NODE_PROOF_WINDOW)
             if now < wait_until:
                 return Action(ActionKind.WAIT, delay_seconds=(wait_until - now).total_seconds())
-        return _on_failure(spec, status, worker)
+        return _on_failure(spec, status, worker, health, group.generation)
     action = image_skew_action(spec, status, group)
     if action.kind is ActionKind.NONE:
         action = lost_node_action(spec, status, group, now, troubles or {}, health)
@@ -218,7 +223,8 @@ def image_skew_action(spec: MultiWorkerJobSpec, status: JobStatus,
                   culprit, pin_image=chief)
 
 
-def _on_failure(spec: MultiWorkerJobSpec, status: JobStatus, worker: WorkerState) -> Action:
+def _on_failure(spec: MultiWorkerJobSpec, status: JobStatus, worker: WorkerState,
+                health: GroupHealth | None, generation: int) -> Action:
     culprit = worker_culprit(worker)
     if worker.phase is WorkerPhase.DISRUPTED:
         return disruption_action(spec, status, culprit)
@@ -227,9 +233,47 @@ def _on_failure(spec: MultiWorkerJobSpec, status: JobStatus, worker: WorkerState
         return Action(ActionKind.FAIL_JOB, Reason.EXIT_CODE_FAILS_JOB,
                       f"{culprit.description}; exit code {code} fails the job "
                       "(spec.restartPolicy)", culprit)
+    error = startup_error(worker, health, generation)
+    if error is not None:
+        culprit = replace(culprit, startup_error=error.shape(code))
+        hint = f"; hint: {error.hint()}" if error.hint() else ""
+        last = status.last_failure
+        if spec.restart_policy.fail_fast_on_repeated_startup_error and last is not None \
+                and last.startup_error == culprit.startup_error:
+            return Action(
+                ActionKind.FAIL_JOB, Reason.REPEATED_STARTUP_ERROR,
+                f"{culprit.description}; generation {last.generation} died of the same error "
+                "before training a step, as every restart would "
+                f"(spec.restartPolicy.failFastOnRepeatedStartupError){hint}", culprit)
+        culprit = replace(culprit, description=culprit.description + hint)
     reason = Reason.EVICTED_FOR_USAGE if worker.reason == EVICTED_FOR_USAGE else \
         Reason.WORKER_FAILED
     return counted_restart(spec, status, culprit, reason)
+
+
+def startup_error(worker: WorkerState, health: GroupHealth | None,
+                  generation: int) -> ScriptError | None:
+    """The exception `worker` died of when its group `generation` had trained no step yet —
+    none for a runtime exit code, a signal, or an error a peer caused."""
+    code = worker.exit_code
+    if code is None or code == 0 or code in PEER_FAILURE_EXIT_CODES or code > 128:
+        return None
+    error = script_error(worker.message)
+    if error is None or error.from_peers:
+        return None
+    return error if _before_first_step(worker, health, generation) else None
+
+
+def _before_first_step(worker: WorkerState, health: GroupHealth | None,
+                       generation: int) -> bool:
+    """No worker reported a step past the one it restored; for a script that reports none,
+    the failing trainer ran under UNREPORTED_STARTUP_SECONDS."""
+    if health is not None and health.generation == generation and health.ever_reported:
+        return not any(t.report.step > t.report.restored_from_step
+                       for t in health.workers if t.report is not None)
+    if worker.started_at is None or worker.since is None:
+        return False
+    return worker.since - worker.started_at < timedelta(seconds=UNREPORTED_STARTUP_SECONDS)
 
 
 def lost_node_action(spec: MultiWorkerJobSpec, status: JobStatus, group: ObservedGroup,

@@ -159,6 +159,7 @@ def failure_record(p: Pass, action: Action) -> FailureRecord:
         exit_code=c.exit_code, message=c.message or c.description, time=p.now,
         action=action.kind.value,
         last_step=last_step_known(reported, (w.message for w in p.group.workers)),
+        startup_error=c.startup_error,
     )
 
 

@@ -148,6 +148,7 @@ class Child:
     command_fd: int | None = None
     ready_at: float | None = None  # monotonic
     status: int | None = None  # waitpid's, once reaped
+    trained_from: str = ""  # when it became the trainer (UTC): the kubelet's startedAt
     said: str = ""  # on its status pipe, other than "ready": why it failed (warm_hook.py)
 
     @property
@@ -459,6 +460,7 @@ class Launcher:
         env = {**os.environ, "MWJ_RESTART_COUNT": str(self.generation),
                "PYTHONUNBUFFERED": "1"}
         self.trainer = self.send_go(spare, env) if spare is not None else self.start_cold(env)
+        self.trainer.trained_from = utc_now()
         self.state, self.path, self.why, self.exit = "running", "cold" if why else "warm", \
             why, None
         self.next_spare_at = time.monotonic() + SPARE_DELAY
@@ -508,7 +510,7 @@ class Launcher:
         """The trainer's end as the kubelet would have reported its container's."""
         return {"exitCode": code, "signal": signum, "reason": "Completed" if code == 0
                 else "Error", "message": termination_log() or trainer.output.last_lines(),
-                "finishedAt": utc_now()}
+                "startedAt": trainer.trained_from or None, "finishedAt": utc_now()}
 
     def rise(self, current: int) -> None:
         """The pod's generation rose to `current`: stop the trainer, or hold."""

@@ -26,6 +26,10 @@ $(VENV)/.installed: operator/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e 'operator[test]'
+	# Keras 2 for the tests of Keras users' code (docs/keras.md), at the installed TensorFlow's
+	# version and without resolving: it requires `tensorflow`, which tensorflow-cpu provides.
+	$(VENV)/bin/pip install -q --no-deps "tf-keras~=$$($(VENV)/bin/python -c \
+	  'from importlib.metadata import version; print(version("tensorflow-cpu").rsplit(".", 1)[0])').0"
 	touch $@
 
 venv: $(VENV)/.installed ## create .venv with the package and test dependencies

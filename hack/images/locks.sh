@@ -36,10 +36,15 @@ for flavor in "${flavors[@]}"; do
   python3 "$repo/images/common/requirements.py" "$flavor" > "$tmp/$flavor.in"
   [ ! -f "$lock" ] || cp "$lock" "$tmp/$flavor.txt"
   log "$flavor: resolving $(xargs < "$tmp/$flavor.in") -> ${lock#"$repo"/}"
+  # tf-keras requires `tensorflow`; in the CPU image tensorflow-cpu is that package under
+  # another name (images/common/requirements.py). Naming it the one unsafe package leaves it
+  # out of the lock (setuptools and pip are pinned like any other then).
+  unsafe=(--allow-unsafe)
+  [ "$flavor" != worker ] || unsafe=(--unsafe-package tensorflow)
   # Host pip settings (a find-links dir, say) must not leak into the lock.
   (cd "$tmp" && env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL \
     CUSTOM_COMPILE_COMMAND="make locks" "$compile" --quiet "${upgrade[@]}" \
-    --generate-hashes --allow-unsafe --strip-extras --no-emit-options \
+    --generate-hashes "${unsafe[@]}" --strip-extras --no-emit-options \
     --pip-args "--only-binary=:all:" --output-file "$flavor.txt" "$flavor.in")
   cp "$tmp/$flavor.txt" "$lock"
   log "$flavor: $(grep -c '==' "$lock") packages locked"

@@ -4,7 +4,11 @@
 
 FLAVOR is `operator` (the package's dependencies), `worker` (its `worker` extra), `worker-gpu`
 (the `worker` extra with tensorflow-cpu replaced by TensorFlow's own GPU build,
-tensorflow[and-cuda], same version range) or `build` (the build-system requirements).
+tensorflow[and-cuda], same version range) or `build` (the build-system requirements). Both
+worker flavors add tf-keras in TensorFlow's version range: Keras 2, which `model.fit` needs
+under MultiWorkerMirroredStrategy (TF_USE_LEGACY_KERAS=1; docs/keras.md). tf-keras requires
+`tensorflow`, which tensorflow-cpu provides under another name: the CPU lock leaves it out
+(hack/images/locks.sh) and the images install without resolving.
 pyproject.toml stays the single source; this runs both inside image builds and on the host.
 Standard library only (Python >= 3.11).
 """
@@ -17,6 +21,7 @@ import tomllib
 from pathlib import Path
 
 TF_CPU = re.compile(r"^tensorflow-cpu(?=\s*(?:[<>=!~;@\[(]|$))", re.IGNORECASE)
+KERAS_2 = "tf-keras"
 
 
 def requirements(flavor: str, pyproject: dict[str, object]) -> list[str]:
@@ -32,12 +37,21 @@ def requirements(flavor: str, pyproject: dict[str, object]) -> list[str]:
     if not worker:
         raise SystemExit("requirements: pyproject has no `worker` extra")
     if flavor == "worker":
-        return worker
+        return worker + keras_2(worker)
     if flavor == "worker-gpu":
-        return [TF_CPU.sub("tensorflow[and-cuda]", req) for req in worker]
+        return [TF_CPU.sub("tensorflow[and-cuda]", req) for req in worker] + keras_2(worker)
     raise SystemExit(
         f"requirements: unknown flavor {flavor!r} (operator, worker, worker-gpu, build)"
     )
+
+
+def keras_2(worker: list[str]) -> list[str]:
+    """tf-keras with the version range of the extra's TensorFlow: tf-keras X.Y runs on
+    TensorFlow X.Y only, and pip-compile picks the pair."""
+    tf = next((req for req in worker if TF_CPU.match(req)), None)
+    if tf is None:
+        raise SystemExit("requirements: the `worker` extra has no tensorflow-cpu")
+    return [TF_CPU.sub(KERAS_2, tf)]
 
 
 def main(argv: list[str]) -> None:

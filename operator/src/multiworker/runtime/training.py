@@ -79,6 +79,11 @@ def fit(
     learning rate as compiled (elastic.sized), and reads on from the sample the restored
     checkpoint saved (samples.py).
     """
+    if not isinstance(model, keras.Model):
+        raise ConfigError([
+            f"runtime.fit trains Keras 3 models; this one is a {type(model).__module__}."
+            f"{type(model).__name__} (TF_USE_LEGACY_KERAS=1 makes tf.keras Keras 2): build it "
+            "with `import keras`, or train it with its own model.fit (docs/keras.md)"])
     witness = survivors.Witness(model)
     samples = SampleCount() if global_batch else None
     context.stop.last_gasp = lambda signalled: _last_gasp(context, model, witness, signalled,

@@ -112,7 +112,7 @@ def test_a_sigkilled_group_resumes_from_keras_backup_at_a_later_epoch(
 
 def test_the_venv_has_both_kerases() -> None:
     """The images and `make venv` carry tf-keras at TensorFlow's version (requirements.py)."""
-    import importlib.metadata as metadata
+    from importlib import metadata
 
     tf = metadata.version("tensorflow-cpu").rsplit(".", 1)[0]
     assert metadata.version("tf-keras").startswith(tf + "."), sys.path

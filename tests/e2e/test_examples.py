@@ -20,7 +20,8 @@ from tests.integration.jobs import Jobs, env_of
 from tests.support import USES_NODE_GPUS, alone, wait_for
 
 EXAMPLES = REPO / "examples"
-APPLIED_HERE = {"checkpoint-pvc.yaml", "cpu-job.yaml", "gpu-job.yaml", "elastic-job.yaml"}
+APPLIED_HERE = {"checkpoint-pvc.yaml", "cpu-job.yaml", "gpu-job.yaml", "elastic-job.yaml",
+                "keras-job.yaml"}  # the last in test_keras.py
 Obj = dict[str, Any]
 
 

@@ -317,6 +317,8 @@ def test_a_failed_trainer_is_recorded_and_the_launcher_stays(
     assert report["exit"]["reason"] == "Error"
     assert report["exit"]["message"].endswith(message)
     assert report["exit"]["finishedAt"].endswith("Z")
+    # When the trainer started: how the operator tells a failure at start-up (policy.py).
+    assert report["exit"]["startedAt"] <= report["exit"]["finishedAt"]
     assert still_running(proc)
     pod.write(generation=1, released=1)
     assert pod.run_of(1)["warm"]

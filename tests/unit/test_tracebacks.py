@@ -137,3 +137,15 @@ def test_readable_is_the_summary_or_the_last_lines_elided() -> None:
     dump = "loss\n" + "x (" + "9 " * 300 + ")\nbye"
     assert readable(dump, 2, 600) == "x (…)\nbye"
     assert len(readable("y" * 900, 3, 600)) == 600
+
+
+def test_a_failed_pods_message_is_the_exception_not_the_dump() -> None:
+    """What lastFailure.message, the condition and the Event show (observe.tail)."""
+    from multiworker.decide.observe import WorkerPhase, observe_group
+
+    from tests.unit.builders import JOB, JOB_UID, PodBuilder
+    pod = PodBuilder(1).exited(1, message=KERAS3).build()
+    [state] = observe_group([pod], job=JOB, job_uid=JOB_UID, workers=2, generation=0,
+                            container="tensorflow").with_phase(WorkerPhase.FAILED)
+    assert state.message.splitlines()[-1] == KERAS3_LINE
+    assert "array(" not in state.message and "0.9375" not in state.message

@@ -15,6 +15,7 @@ from tests.cluster import Cluster
 from tests.e2e.test_examples import example
 from tests.e2e.test_in_place import kill_trainer
 from tests.e2e.test_recovery import MODES, SIGNAL_TRAINER, tf_job
+from tests.runtime.test_keras_users import SNIPPET
 from tests.integration.jobs import Jobs, condition
 from tests.support import wait_for
 
@@ -91,3 +92,14 @@ def test_a_script_that_fails_at_import_fails_the_job_after_its_second_try(
               if reason == "RepeatedStartupError"]
     assert events and "No module named 'no_such_module_mwj'" in events[0], jobs.events(
         "importerror")
+
+
+def test_the_strategys_own_snippet_succeeds_on_the_image(jobs: Jobs) -> None:
+    """MultiWorkerMirroredStrategy's documented `model.fit(dist_dataset)`, on Keras 2."""
+    manifest = tf_job("snippet", env={"TF_USE_LEGACY_KERAS": "1"})
+    del manifest["spec"]["checkpoint"]
+    manifest["spec"]["template"]["spec"]["containers"][0]["args"] = ["python3", "-c", SNIPPET]
+    jobs.apply(manifest)
+    status = jobs.wait_phase("snippet", "Succeeded", timeout=240)
+    assert status["restarts"] == 0, status
+    assert "fit done on tf_keras" in chief_log(jobs, "snippet")

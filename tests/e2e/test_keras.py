@@ -15,8 +15,8 @@ from tests.cluster import Cluster
 from tests.e2e.test_examples import example
 from tests.e2e.test_in_place import kill_trainer
 from tests.e2e.test_recovery import MODES, SIGNAL_TRAINER, tf_job
-from tests.runtime.test_keras_users import SNIPPET
 from tests.integration.jobs import Jobs, condition
+from tests.runtime.test_keras_users import SNIPPET
 from tests.support import wait_for
 
 pytestmark = pytest.mark.usefixtures("worker_image", "operator")

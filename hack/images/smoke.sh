@@ -3,7 +3,8 @@
 # temp dir; never the cluster's) and checks what the other parts rely on:
 #   pause    exits 0 on SIGTERM
 #   base     python3 (ssl, venv), bash, ps; tini as PID 1 forwards SIGTERM to the command
-#   worker   imports tensorflow and multiworker.runtime; examples/training/train.py trains alone
+#   worker   imports tensorflow and multiworker.runtime, and tf-keras when asked (Keras 2);
+#            examples/training/train.py trains alone
 #   operator imports multiworker, kopf, kubernetes and runs `multiworker-operator --help`, as
 #            UID 65532 on a read-only root filesystem
 #   smoke.sh [NAME...]        (default: every image that has an archive, but worker-gpu)
@@ -95,6 +96,9 @@ for name in "${names[@]}"; do
       check "imports tensorflow and multiworker.runtime" run "$r" "$name-import" python3 -c \
         'import time; t=time.time(); import tensorflow as tf, multiworker.runtime; print(f"tensorflow {tf.__version__}, import {time.time()-t:.1f}s")'
       check "examples/training present" run "$r" "$name-examples" ls /opt/multiworker/examples/training
+      check "Keras 2 (tf-keras) at TensorFlow's version behind TF_USE_LEGACY_KERAS=1" run \
+        --env TF_USE_LEGACY_KERAS=1 "$r" "$name-keras2" python3 -c \
+        'import tensorflow as tf, tf_keras; assert tf.keras.Model.__module__.startswith("tf_keras"); assert tf_keras.__version__.rsplit(".", 1)[0] == tf.__version__.rsplit(".", 1)[0]; print("tf-keras", tf_keras.__version__)'
       check "example trains standalone (2 epochs)" run --net-host --env MWJ_PROGRESS_PORT=0 "$r" \
         "$name-train" timeout 300 python3 /opt/multiworker/examples/training/train.py --epochs 2 ;;
     operator)

@@ -31,8 +31,9 @@ pytestmark = pytest.mark.usefixtures("worker_image", "operator")
 # and a CheckpointManager on the shared claim to resume, the way TensorFlow's guide does it:
 # the chief saves to the shared directory, the others to their own.
 PLAIN_SCRIPT = """
-import json, os, time
+import json, os, sys, time
 import tensorflow as tf
+print("argv", json.dumps(sys.argv[1:]), flush=True)
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 root = os.path.join(os.environ["BACKUP_ROOT"], "plain")
@@ -171,8 +172,11 @@ def test_a_plain_tf_config_script_resumes_in_place(
     manifest: dict[str, Any] = tf_job("plain", restartPolicy=IN_PLACE)
     container = manifest["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == WORKER_IMAGE
-    container["args"] = ["python3", "-c", PLAIN_SCRIPT]
+    # Values the kubelet expands into the line, with the quotes and backslashes a JSON text
+    # of the line could not hold: the launcher runs what the kubelet would have.
+    container["args"] = ["python3", "-c", PLAIN_SCRIPT, "$(CFG)", "C:\\temp\\new"]
     container["env"] = [{"name": "BACKUP_ROOT", "value": "$(MWJ_CHECKPOINT_DIR)"},
+                        {"name": "CFG", "value": '{"lr": 0.1}'},
                         {"name": "MWJ_LAUNCHER_SPARE_DELAY", "value": "1"}]
     jobs.apply(manifest)
     jobs.wait("plain", "step 40 saved", lambda s: s if "step 40" in jobs.kubectl(
@@ -185,6 +189,8 @@ def test_a_plain_tf_config_script_resumes_in_place(
     assert status["restarts"] == 1, status
     assert_same_pods(jobs, "plain", before, status, record_property)
     log = jobs.kubectl("logs", "plain-worker-0", "-c", "tensorflow").stdout
+    assert re.findall(r"^argv (.*)$", log, re.MULTILINE) == [
+        json.dumps(['{"lr": 0.1}', "C:\\temp\\new"])] * 2, log
     starts = re.findall(r"start at step (\d+)", log)  # each generation's, in order
     assert len(starts) == 2 and int(starts[-1]) >= 40 and "done" in log, log
     # Every generation's output in order, under its header; the second from the spare.

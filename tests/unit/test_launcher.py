@@ -130,7 +130,8 @@ class Pod:
         target = ["-m", module] if module else [str(self.job / "train.py")]
         line = line or [sys.executable, *target, *ARGS]
         argv = [sys.executable, str(self.root / "agent" / "launcher.py")]
-        env = {"MWJ_LAUNCHER_COMMAND": json.dumps(line), "MWJ_LAUNCHER_PRELOAD": preload,
+        words = {f"MWJ_LAUNCHER_ARG_{i}": word for i, word in enumerate(line)}
+        env = {"MWJ_LAUNCHER_ARGC": str(len(line)), **words, "MWJ_LAUNCHER_PRELOAD": preload,
                "MWJ_LAUNCHER_HOOK": str(self.root / "agent" / "warm"), **env}
         environ = {"PATH": os.environ["PATH"], "TEST_DIR": str(self.root),
                    "PYTHONPATH": str(self.root / "lib"),
@@ -467,7 +468,7 @@ def test_a_generation_rising_while_held_goes_straight_to_the_highest(pod: Pod) -
 
 @pytest.mark.parametrize("how", [["train.py"], ["-m", "trainmod"]], ids=["script", "module"])
 def test_the_users_own_line_runs_warm_through_the_hook(pod: Pod, how: list[str]) -> None:
-    """As the operator renders it (MWJ_LAUNCHER_COMMAND): the spare is the user's own line,
+    """As the operator renders it (MWJ_LAUNCHER_ARG_*): the spare is the user's own line,
     with the warm hook (warm_hook.py) on its PYTHONPATH, which leaves no trace once it goes."""
     pod.write(generation=0, released=0, opened=0)
     line = [sys.executable, *(str(pod.job / w) if w.endswith(".py") else w for w in how), *ARGS]

@@ -36,6 +36,7 @@ from multiworker.reconcile.render import (
     render_worker_pod,
     shipped_scripts,
 )
+from multiworker.runtime import launcher
 
 from tests.support import free_port
 from tests.unit.builders import make_job
@@ -99,11 +100,12 @@ def test_an_in_place_pod_runs_its_trainer_in_the_launcher_keeping_the_entrypoint
     assert "command" not in trainer  # the image's entrypoint (an init, say) stays
     assert trainer["args"] == ["python3", "/opt/multiworker-agent/launcher.py"]
     env = [e["name"] for e in trainer["env"]]
-    # Last: the kubelet expands $(VAR) in it from everything before.
-    assert env[-1] == contract.MWJ_LAUNCHER_COMMAND and env.index("A") < len(env) - 1
+    # Last, a word each: the kubelet expands each word's $(VAR) from everything before.
+    words = [f"{contract.MWJ_LAUNCHER_ARG_PREFIX}{i}" for i in range(3)]
+    assert env[-4:] == [contract.MWJ_LAUNCHER_ARGC, *words] and env.index("A") < len(env) - 4
     values = {e["name"]: e.get("value") for e in trainer["env"]}
-    assert json.loads(values[contract.MWJ_LAUNCHER_COMMAND]) == \
-        ["python3", "train.py", "$(MWJ_CHECKPOINT_DIR)"]
+    assert values[contract.MWJ_LAUNCHER_ARGC] == "3"
+    assert [values[w] for w in words] == ["python3", "train.py", "$(MWJ_CHECKPOINT_DIR)"]
     assert values[contract.MWJ_LAUNCHER_PRELOAD] == "tensorflow"
     assert values[contract.MWJ_LAUNCHER_HOOK] == "/opt/multiworker-agent/warm"
     mounts = {m["name"]: m.get("readOnly", False) for m in trainer["volumeMounts"]}
@@ -113,6 +115,47 @@ def test_an_in_place_pod_runs_its_trainer_in_the_launcher_keeping_the_entrypoint
                  if v["name"] == names.AGENT_SCRIPT_VOLUME)["configMap"]["items"]
     assert {i["path"] for i in items} == {"agent.py", "launcher.py", "warm/sitecustomize.py"}
     assert pod["metadata"]["annotations"][names.ANNOTATION_WARM_AGENT_PORT] == "8472"
+
+
+def kubelet_expand(text: str, env: dict[str, str]) -> str:
+    """What the kubelet does to a container's args and env values (Kubernetes'
+    third_party/forked/golang/expansion): $(VAR) becomes VAR's value where VAR is defined,
+    $$ a literal $, anything else stays."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and ")" in text[i:]:
+            end = text.index(")", i)
+            name = text[i + 2:end]
+            out.append(env.get(name, text[i:end + 1]))
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+@pytest.mark.parametrize("value", ['{"lr": 0.1}', "C:\\temp\\new", "it's \"quoted\"", "$$(HOME)"])
+def test_the_launcher_runs_exactly_the_line_the_kubelet_would_have(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each word of the line in its own variable: the kubelet's $(VAR) expansion cannot break
+    it. Expanded inside one JSON text, a value with a quote broke the launcher at every start
+    (JSONDecodeError) and one with backslashes turned into a tab and a newline."""
+    args = ["python3", "train.py", "--config", "$(CFG)", "--dir=$(CFG)/x"]
+    job = make_job(restartPolicy=IN_PLACE, template=_template(
+        args=args, env=[{"name": "CFG", "value": value}]))
+    trainer = _trainer(render_worker_pod(job, 0, 0, owner_reference(job), agent=True))
+    environ: dict[str, str] = {}
+    for var in trainer["env"]:  # in order: each sees the ones before it
+        environ[var["name"]] = kubelet_expand(var.get("value", ""), environ)
+    cold = [kubelet_expand(word, environ) for word in args]  # what the kubelet would run
+    for name, word in environ.items():
+        monkeypatch.setenv(name, word)
+    assert launcher.rendered_command().line == cold
+    assert cold[3] == kubelet_expand(value, {})
 
 
 def test_a_command_is_replaced_by_the_launcher_and_more_modules_are_preloaded() -> None:
@@ -136,7 +179,7 @@ def test_without_a_warm_standby_the_trainer_runs_its_own_command(restart: Manife
     trainer = _trainer(pod)
     assert {k: trainer[k] for k in ("command", "args") if k in trainer} == container
     assert names.ANNOTATION_WARM_AGENT_PORT not in pod["metadata"]["annotations"]
-    assert contract.MWJ_LAUNCHER_COMMAND not in {e["name"] for e in trainer["env"]}
+    assert contract.MWJ_LAUNCHER_ARGC not in {e["name"] for e in trainer["env"]}
 
 
 def test_switching_the_standby_leaves_the_pods_restartable_in_place() -> None:

@@ -56,9 +56,12 @@ AGENT_NOTE_PATH = "/generation"
 # Where the operator long-polls a pod's agent for its warm launcher's report (runtime/launcher.py).
 AGENT_TRAINER_PATH = "/trainer"
 # What the operator tells the warm launcher (runtime/launcher.py) of a training container it
-# wraps: the user's command line (JSON), the modules its spare interpreters import ahead
-# (comma-separated), and the folder of the hook they start with (a sitecustomize).
-MWJ_LAUNCHER_COMMAND = "MWJ_LAUNCHER_COMMAND"
+# wraps: the user's command line, one word a variable (MWJ_LAUNCHER_ARG_0, ...; their number in
+# MWJ_LAUNCHER_ARGC: the kubelet expands each word's $(VAR) on its own, as in args), the
+# modules its spare interpreters import ahead (comma-separated), and the folder of the hook
+# they start with (a sitecustomize).
+MWJ_LAUNCHER_ARGC = "MWJ_LAUNCHER_ARGC"
+MWJ_LAUNCHER_ARG_PREFIX = "MWJ_LAUNCHER_ARG_"
 MWJ_LAUNCHER_PRELOAD = "MWJ_LAUNCHER_PRELOAD"
 MWJ_LAUNCHER_HOOK = "MWJ_LAUNCHER_HOOK"
 DEFAULT_PEER_TIMEOUT_SECONDS = 300

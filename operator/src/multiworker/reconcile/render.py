@@ -348,8 +348,9 @@ def _wrap_in_launcher(job: Job, trainer: Manifest, warm: WarmCommand,
                       mounts: list[Manifest]) -> None:
     """Make the warm launcher (runtime/launcher.py) the trainer's process, in the field the
     user wrote (args keep the image's entrypoint): it runs the user's command line itself,
-    in spare interpreters (warm.py). The line travels in an environment variable, last, so
-    the kubelet expands its $(VAR) references as it would in args, and the launcher's own
+    in spare interpreters (warm.py). The line travels in environment variables, one word
+    each and last, so the kubelet expands each word's $(VAR) references as it would in args
+    — a value holding quotes or backslashes stays one word, as it is — and the launcher's own
     command line does not name the script (pkill -f train.py stops the trainer alone)."""
     line = [warm.interpreter, f"{_AGENT_SCRIPT_PATH}/{names.LAUNCHER_SCRIPT_KEY}"]
     if warm.field == "command":
@@ -359,8 +360,11 @@ def _wrap_in_launcher(job: Job, trainer: Manifest, warm: WarmCommand,
     ours = {"MWJ_AGENT_POD_INFO": _POD_INFO_PATH, "MWJ_AGENT_STATE": _AGENT_STATE_PATH,
             contract.MWJ_LAUNCHER_PRELOAD: ",".join(job.spec.restart_policy.warm_modules),
             contract.MWJ_LAUNCHER_HOOK: f"{_AGENT_SCRIPT_PATH}/{_WARM_HOOK_DIR}",
-            contract.MWJ_LAUNCHER_COMMAND: json.dumps(list(warm.argv))}
-    trainer["env"] = [*(e for e in trainer.get("env", []) if e.get("name") not in ours),
+            contract.MWJ_LAUNCHER_ARGC: str(len(warm.argv)),
+            **{f"{contract.MWJ_LAUNCHER_ARG_PREFIX}{i}": word
+               for i, word in enumerate(warm.argv)}}
+    trainer["env"] = [*(e for e in trainer.get("env", []) if e.get("name") not in ours
+                        and not str(e.get("name")).startswith(contract.MWJ_LAUNCHER_ARG_PREFIX)),
                       *({"name": k, "value": v} for k, v in ours.items())]
     # The launcher writes its report into the agent's state and reads the pod's generation.
     shared = {m["name"] for m in mounts}

@@ -6,7 +6,8 @@ itself: it keeps one spare interpreter that has already imported the heavy modul
 new generation as the gate does (agent.gate), and hands the released one to the spare. Runs
 with the python3 of the trainer's image (the operator ships it beside agent.py in the job's
 ConfigMap), stdlib only, as `python3 launcher.py`: the user's own command line is in
-MWJ_LAUNCHER_COMMAND (JSON), the modules to import ahead in MWJ_LAUNCHER_PRELOAD.
+MWJ_LAUNCHER_ARG_0 ... (MWJ_LAUNCHER_ARGC words, each expanded by the kubelet as in args), the
+modules to import ahead in MWJ_LAUNCHER_PRELOAD.
 
 A spare is the user's own command line with the warm hook (warm_hook.py, a sitecustomize in
 MWJ_LAUNCHER_HOOK) first on its PYTHONPATH: Python then runs the program itself, as a cold
@@ -59,7 +60,8 @@ TERMINATION_LOG = os.environ.get("MWJ_LAUNCHER_TERMINATION_LOG", "/dev/terminati
 CGROUP = os.environ.get("MWJ_LAUNCHER_CGROUP", "/sys/fs/cgroup")
 REPORT = "launcher.json"  # in the agent's STATE
 # The user's own command line, as the operator renders it (api/contract.py's names).
-COMMAND_ENV = "MWJ_LAUNCHER_COMMAND"  # a JSON list of words
+ARGC_ENV = "MWJ_LAUNCHER_ARGC"  # how many words; the words in ARG_ENV0, ARG_ENV1, ...
+ARG_ENV = "MWJ_LAUNCHER_ARG_"
 PRELOAD_ENV = "MWJ_LAUNCHER_PRELOAD"  # comma-separated
 HOOK_ENV = "MWJ_LAUNCHER_HOOK"  # the folder of the spares' sitecustomize (warm_hook.py)
 WARM_FDS = "MWJ_WARM_FDS"  # warm_hook.py's: "<status fd>,<command fd>"
@@ -261,9 +263,11 @@ class Command:
 
 def rendered_command() -> Command:
     """The command as the operator renders it (render.py's _wrap_in_launcher)."""
-    line = json.loads(os.environ.get(COMMAND_ENV) or "null")
-    if not isinstance(line, list) or not line or not all(isinstance(w, str) for w in line):
-        raise SystemExit(f"{COMMAND_ENV} is not a JSON list of words: {line!r}")
+    count = os.environ.get(ARGC_ENV, "")
+    line = [os.environ.get(f"{ARG_ENV}{i}") for i in range(int(count))] if count.isdigit() else []
+    if not line or None in line:
+        raise SystemExit(f"no command line: {ARGC_ENV}={count!r} and {ARG_ENV}0 ... "
+                         f"{sum(w is not None for w in line)} of them set")
     hook = os.environ.get(HOOK_ENV) or os.path.join(os.path.dirname(__file__), "warm")
     preloads = os.environ.get(PRELOAD_ENV, DEFAULT_PRELOAD)
     return Command(line, [m for m in preloads.split(",") if m], hook)

@@ -14,6 +14,7 @@ from multiworker.decide.elastic import (
     ElasticPolicy,
     Resize,
     Seen,
+    next_look,
     next_size,
     refused_since,
     room,
@@ -67,6 +68,38 @@ def seen(workers: int = 4, placed: int = 4, refused: float | None = None, room: 
 def test_the_next_generation_s_size(state: Seen, size: int | None) -> None:
     decided = next_size(POLICY, state, NOW)
     assert (decided.workers if decided else None) == size
+
+
+@pytest.mark.parametrize(("state", "after"), [
+    (seen(placed=3, refused=50), 10),  # the shrink's wait ends in 10 s
+    (seen(workers=2, placed=1, refused=600), None),  # at minWorkers: only a change helps
+    (seen(workers=2, placed=1, refused=30), None),  # ... however long it has waited
+    (seen(placed=4, refused=600), None),  # every pod bound: its event comes
+    (seen(workers=3, room=4, room_for=100), 20),  # the growth's wait ends in 20 s
+    (seen(workers=3, room=4, room_for=500, resized=60), 60),
+    (seen(workers=4, room=8, room_for=500), None),  # full size
+    (seen(workers=3, room=3, room_for=500), None),  # no room beyond itself
+    (seen(), None),
+])
+def test_the_next_look_is_when_a_wait_ends_never_a_moment_past(
+    state: Seen, after: float | None
+) -> None:
+    at = next_look(POLICY, state, NOW)
+    assert (None if at is None else (at - NOW).total_seconds()) == after
+    assert next_size(POLICY, state, NOW) is None
+
+
+def test_a_group_refused_at_min_workers_does_not_spin() -> None:
+    """Reproduced: 956 of 1,000 passes asked to run again at once, on one core, until the
+    start-up timeout (none set: for ever)."""
+    cluster = FakeCluster(job_body(workers=2, elastic={"minWorkers": 2},
+                                   health={"startupTimeoutSeconds": None}))
+    _step(cluster)
+    cluster.run(0)
+    refused(cluster, 1)
+    requeues = [_step(cluster, 30).requeue for _ in range(10)]  # 300 s: long past the wait
+    assert cluster.status["groupGeneration"] == 0
+    assert all(r is None or r > 0 for r in requeues), requeues
 
 
 def test_each_resize_says_why_and_names_the_capacity() -> None:

@@ -77,6 +77,21 @@ def next_size(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None
     return _grow(policy, seen, now)
 
 
+def next_look(policy: ElasticPolicy, seen: Seen, now: datetime) -> datetime | None:
+    """When a wait of next_size ends, so that looking again could resize; None when only a
+    change of the pods or the nodes could (each wakes the job by itself). Never a moment
+    already past: a group refused at minWorkers once woke every pass at once, for ever."""
+    if seen.refused_since is not None:
+        at = seen.refused_since + policy.shrink_after
+        could = max(policy.min_workers, seen.placed) < seen.workers
+    elif seen.room_since is not None:
+        at = max(seen.room_since, seen.resized_at or seen.room_since) + policy.grow_after
+        could = seen.workers < min(seen.room, policy.max_workers)
+    else:
+        return None
+    return at if could and at > now else None
+
+
 def _shrink(policy: ElasticPolicy, seen: Seen, now: datetime) -> Resize | None:
     assert seen.refused_since is not None
     waited = now - seen.refused_since

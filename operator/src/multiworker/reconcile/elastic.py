@@ -12,6 +12,7 @@ from multiworker.api.conditions import Reason, Type
 from multiworker.decide.elastic import (
     Resize,
     Seen,
+    next_look,
     next_size,
     policy_of,
     refused_since,
@@ -48,10 +49,7 @@ def resize_policy(p: Pass) -> Flow:
                 room_on=tuple(sorted(room_on.items())))
     decided = next_size(policy, seen, p.now)
     if decided is None:
-        if refused is not None:
-            p.wake_at(refused + policy.shrink_after)
-        elif s.room_since is not None:
-            p.wake_at(max(s.room_since, s.last_resize_time or s.room_since) + policy.grow_after)
+        p.wake_at(next_look(policy, seen, p.now))
         return Flow.CONTINUE
     resize_group(p, decided, policy.max_workers)
     return Flow.DONE

@@ -219,10 +219,14 @@ def _step(cluster: FakeCluster, seconds: float = 1) -> Any:
     return reconcile(cluster, NAMESPACE, "demo", cluster.now)
 
 
-def refused(cluster: FakeCluster, index: int) -> None:
+def refused(cluster: FakeCluster, index: int, skew: float = 0) -> None:
+    """The scheduler refuses worker `index` (its clock `skew` s off), and the pod's update
+    wakes the job at once."""
     cluster.unschedulable(index, "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")
     pod = cluster.pods[f"demo-worker-{index}"]
-    pod["status"]["conditions"][0]["lastTransitionTime"] = cluster.now.isoformat()
+    pod["status"]["conditions"][0]["lastTransitionTime"] = (
+        cluster.now + timedelta(seconds=skew)).isoformat()
+    _step(cluster, 0)
 
 
 def test_a_group_that_cannot_be_placed_whole_shrinks_after_the_wait_spending_nothing() -> None:
@@ -263,6 +267,23 @@ def shrunk_to_2(workers: int, gpus: int) -> FakeCluster:
     _step(cluster)
     cluster.run()
     return cluster
+
+
+@pytest.mark.parametrize("skew", [-120, 3600], ids=["scheduler behind", "scheduler ahead"])
+def test_the_shrink_waits_on_the_operators_clock_whatever_the_schedulers(skew: float) -> None:
+    """The refusal's own time is the scheduler's: 120 s behind, the group shrank at once; an
+    hour ahead, it waited an hour."""
+    cluster = elastic_cluster(None)
+    _step(cluster)
+    cluster.run(0, 1)
+    refused(cluster, 2, skew)
+    seen_at = cluster.now
+    _step(cluster, 59)
+    assert cluster.status["refusedSince"].replace("Z", "+00:00") == seen_at.isoformat()
+    assert cluster.status["groupGeneration"] == 0
+    _step(cluster, 1)  # 60 s since the operator saw it refused
+    assert (cluster.status["groupGeneration"], cluster.status["groupWorkers"]) == (1, 2)
+    assert cluster.status.get("refusedSince") is None  # the new group's own wait starts anew
 
 
 def test_a_shrunk_group_grows_back_once_room_for_more_has_lasted() -> None:

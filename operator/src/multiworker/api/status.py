@@ -134,6 +134,10 @@ class JobStatus(BaseModel):
     budget is spent on them."""
     last_resize_time: Time | None = None
     """When spec.elastic last changed the group's size."""
+    refused_since: Time | None = None
+    """spec.elastic: since when the operator has seen some of the group's pods refused by the
+    scheduler, on its own clock (a scheduler's clock may be off); the group shrinks once that
+    lasted spec.elastic.shrinkAfterSeconds."""
     room_workers: int = 0
     """While a shrunk group runs: how many workers the nodes' free room holds."""
     room_since: Time | None = None

@@ -146,9 +146,9 @@ def policy_of(spec: MultiWorkerJobSpec, max_workers: int) -> ElasticPolicy | Non
 
 def refused_since(pods: Iterable[Manifest]) -> tuple[datetime | None, str]:
     """Since when the scheduler has refused the longest-refused of `pods` (PodScheduled
-    False, Unschedulable: its lastTransitionTime, the API server's clock, so an operator that
-    restarts mid-wait counts on from the same moment), and its words for it; (None, ""):
-    none is refused."""
+    False, Unschedulable: its lastTransitionTime, on the scheduler's clock: it orders the
+    refusals, the wait is counted on the operator's, status.refusedSince), and its words for
+    it; (None, ""): none is refused."""
     refusals = []
     for pod in pods:
         for condition in (pod.get("status") or {}).get("conditions") or []:

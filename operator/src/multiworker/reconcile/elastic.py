@@ -39,12 +39,15 @@ def resize_policy(p: Pass) -> Flow:
         names.LABEL_GROUP_GENERATION) == generation]
     refused, refusal = refused_since(pod for pod in current
                                      if not (pod.get("spec") or {}).get("nodeName"))
+    # Counted on the operator's clock from when it first saw a refusal, never the scheduler's:
+    # a scheduler 120 s behind shrank the group at once, one an hour ahead waited an hour.
+    s.refused_since = None if refused is None else (s.refused_since or p.now)
     room_on = _follow_room(p, refused is None and p.group.all_running and
                            len(p.group.workers) < policy.max_workers)
     seen = Seen(workers=len(p.group.workers),
                 placed=sum(1 for w in p.group.workers if w.node
                            and w.phase is not WorkerPhase.MISSING),
-                refused_since=refused, room=s.room_workers, room_since=s.room_since,
+                refused_since=s.refused_since, room=s.room_workers, room_since=s.room_since,
                 resized_at=s.last_resize_time, refusal=refusal,
                 room_on=tuple(sorted(room_on.items())))
     decided = next_size(policy, seen, p.now)

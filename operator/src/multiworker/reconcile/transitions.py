@@ -141,8 +141,10 @@ def finish(p: Pass, phase: Phase, action: Action) -> None:
 
 
 def forget_group(s: JobStatus) -> None:
-    """What described the old group: the next one has not restored or reported anything."""
+    """What described the old group: the next one has not restored or reported anything, and
+    none of its pods was refused yet."""
     s.stragglers = []
+    s.refused_since = None
     s.bad_progress_reports = 0
     s.in_place_since = None
     if s.progress is not None:

@@ -264,10 +264,11 @@ class Command:
 def rendered_command() -> Command:
     """The command as the operator renders it (render.py's _wrap_in_launcher)."""
     count = os.environ.get(ARGC_ENV, "")
-    line = [os.environ.get(f"{ARG_ENV}{i}") for i in range(int(count))] if count.isdigit() else []
-    if not line or None in line:
-        raise SystemExit(f"no command line: {ARGC_ENV}={count!r} and {ARG_ENV}0 ... "
-                         f"{sum(w is not None for w in line)} of them set")
+    names = [f"{ARG_ENV}{i}" for i in range(int(count))] if count.isdigit() else []
+    missing = [name for name in names if name not in os.environ]
+    if not names or missing:
+        raise SystemExit(f"no command line: {ARGC_ENV}={count!r}, unset: {missing}")
+    line = [os.environ[name] for name in names]
     hook = os.environ.get(HOOK_ENV) or os.path.join(os.path.dirname(__file__), "warm")
     preloads = os.environ.get(PRELOAD_ENV, DEFAULT_PRELOAD)
     return Command(line, [m for m in preloads.split(",") if m], hook)

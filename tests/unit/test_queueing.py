@@ -334,9 +334,37 @@ def test_a_finished_job_finishes_its_workload_then_lets_it_go() -> None:
     step(cluster)
     assert cluster.status["phase"] == "Succeeded"
     step(cluster)
+    cluster.finish_deletions()  # the workers still running when the chief finished stop
+    step(cluster)
     got = {c["type"]: (c["status"], c["reason"])
            for c in the_workload(cluster)["status"]["conditions"]}
     assert got["Finished"] == ("True", "Succeeded")
+    step(cluster)
+    assert the_workload(cluster)["metadata"]["finalizers"] == []
+
+
+@pytest.mark.parametrize("how", ["chief done first", "failed, no restart left"])
+def test_the_quota_goes_back_only_once_no_pod_of_the_job_runs(how: str) -> None:
+    """Reproduced: phase Failed, the Workload Finished and its finalizer gone, while two
+    workers still ran their grace period, holding their GPUs: Kueue admits another workload
+    onto them."""
+    cluster = running()
+    if how == "chief done first":
+        cluster.exit(0, 0)
+    else:
+        cluster.job["spec"]["restartPolicy"] = {"maxRestarts": 0}
+        cluster.exit(1, 1)
+    for _ in range(3):
+        step(cluster)
+    assert cluster.status["phase"] in ("Succeeded", "Failed")
+    running_pods = [n for n, pod in cluster.pods.items()
+                    if pod["status"].get("phase") == "Running"]
+    assert running_pods  # deleted, in their grace period
+    workload = the_workload(cluster)
+    assert "Finished" not in {c["type"] for c in workload["status"].get("conditions", [])}
+    assert workload["metadata"]["finalizers"], workload["metadata"]
+    cluster.finish_deletions()
+    step(cluster)
     step(cluster)
     assert the_workload(cluster)["metadata"]["finalizers"] == []
 

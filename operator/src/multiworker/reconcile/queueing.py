@@ -109,8 +109,13 @@ def _cached_workloads(p: Pass, queue: str) -> list[Manifest] | None:
 
 
 def finish_workload(p: Pass) -> None:
-    """A finished job's Workload says Finished, then lets go of its quota (the finalizer)."""
+    """A finished job's Workload says Finished, then lets go of its quota (the finalizer) —
+    once no pod of the job is active: the pods still running when it ended (deleted with
+    their grace period, or a sidecar's) hold their nodes' GPUs until they stop, and Kueue
+    would admit another workload onto them. Their going wakes the job."""
     if queue_name(p.body["metadata"].get("labels")) is None or not p.options.kueue:
+        return
+    if _active(p):
         return
     for workload in p.cluster.cached_workloads(p.job.namespace, p.job.name) or []:
         if not _owned(p, workload):

@@ -72,3 +72,20 @@ def test_the_witness_tells_whether_the_failed_step_moved_the_weights(updated: bo
     if updated:
         model.train_on_batch(x, y)
     assert witness.reflected_step() == (2 if updated else 1)
+
+
+def test_a_step_counts_as_stuck_from_the_usual_step_not_the_start_up(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a 25 s start-up and 0.2 s steps, a stopped peer's survivors counted as stuck only
+    after 10.7 s, beyond survivorSaveSeconds (10): killed before they saved."""
+    clock = [0.0]
+    monkeypatch.setattr(survivors.time, "monotonic", lambda: clock[0])
+    witness = survivors.Witness(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))
+    clock[0] = 25.0  # the first step, after markers, restore and tracing
+    witness.step_done(1)
+    for step in range(2, 6):
+        clock[0] += 0.2
+        witness.step_done(step)
+    clock[0] += survivors.STUCK_SECONDS + 0.1
+    assert witness.stuck()

@@ -132,10 +132,15 @@ class Witness:
                 return tf.add_n([tf.reduce_sum(tf.cast(v, tf.float64)) for v in variables])
 
             self._fingerprint = tf.function(fingerprint) if variables else False
+        first = self.step is None
         self.step = step
         self._seen = self._fingerprint() if self._fingerprint else None
         now = time.monotonic()
-        self._usual = 0.9 * self._usual + 0.1 * (now - self._at) if self._usual else now - self._at
+        # The first step's time holds the start-up (markers, restore, tracing): counted, it
+        # made a hang early in a generation count as stuck only after survivorSaveSeconds.
+        if not first:
+            took = now - self._at
+            self._usual = 0.9 * self._usual + 0.1 * took if self._usual else took
         self._at = now
 
     def stepped_since(self, moment: float) -> bool:

@@ -4,11 +4,13 @@ generation once, when it is released."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 from multiworker.clients.agents import AgentNote, note_body, note_url
 from multiworker.reconcile.render import agent_script
+from multiworker.runtime import agent as agent_module
 
 from tests.support import free_port, wait_for
 
@@ -236,3 +239,55 @@ def test_idle_connections_neither_grow_the_sidecar_nor_keep_the_operator_out(
         for s in idle:
             s.close()
         watch.kill()
+
+
+def test_clients_trickling_their_requests_cannot_keep_the_operator_out(tmp_path: Path) -> None:
+    """Reproduced: eight connections sending a byte every 3 s (a per-read timeout never
+    fires) kept the operator's notes refused for as long as they went on. A request now has
+    READ_SECONDS in all, and a newer connection takes the slot of the oldest unnamed one."""
+    port = free_port()
+    write(tmp_path, generation=0, released=0)
+    watch = start(tmp_path, "watch", port)
+    stop = threading.Event()
+    dropped: list[float] = []
+
+    def trickle() -> None:
+        began = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            try:
+                for byte in b"PUT /generation HTTP/1.0\r\n":
+                    if stop.wait(1.0):
+                        return
+                    conn.sendall(bytes([byte]))
+                    conn.settimeout(0.01)
+                    with contextlib.suppress(socket.timeout):
+                        if conn.recv(1) == b"":
+                            raise ConnectionResetError
+                    conn.settimeout(10)
+            except OSError:
+                dropped.append(time.monotonic() - began)
+
+    try:
+        wait_for(lambda: _heard(port, 0), 30, interval=0.2, describe="the agent listening")
+        slow = [threading.Thread(target=trickle, daemon=True) for _ in range(8)]
+        for thread in slow:
+            thread.start()
+        time.sleep(1.5)  # every slot taken by a trickler
+        for generation in (1, 1, 1):
+            started = time.monotonic()
+            assert _heard(port, generation), "the operator's note refused"
+            assert time.monotonic() - started < 2
+            time.sleep(0.5)
+        wait_for(lambda: len(dropped) == 8, 20, interval=0.2,
+                 describe="every trickler dropped by the deadline or a newer connection")
+        assert max(dropped) < agent_module.READ_SECONDS + 2, dropped
+    finally:
+        stop.set()
+        watch.kill()
+
+
+def _heard(port: int, generation: int) -> bool:
+    try:
+        return tell(port, "uid-1", generation) == 204
+    except OSError:
+        return False

@@ -25,6 +25,7 @@ credentials. Both only ever rise, so the higher wins.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -61,10 +62,14 @@ MAX_WAIT_SECONDS = 20.0
 # anyone who can list pods can name a pod's uid, and a far-future generation would open the
 # gate and be fenced (fence.json), superseding every later real one.
 MAX_LEAD = 1
-# The port serves the operator alone: a few connections at a time (more are closed at once),
-# each with seconds to send its note, so a flood can neither stall nor exhaust the sidecar.
+# The port serves the operator alone: a few connections at a time, each with READ_SECONDS in
+# all to name this pod's uid (its request read whole), so a flood can neither stall nor
+# exhaust the sidecar. When every slot is taken, a new connection takes the slot of the oldest
+# one that has not named the uid yet: eight clients trickling a byte every few seconds once
+# kept the operator's notes refused for as long as they went on.
 MAX_CONNECTIONS = 8
 READ_SECONDS = 5.0
+REAP_SECONDS = 0.5
 
 
 def _read(path: str) -> int | None:
@@ -150,7 +155,7 @@ class _Told(BaseHTTPRequestHandler):
     GET /trainer?uid=...&version=N&wait=S: the warm launcher's report, for the operator (a
     long poll: answered when the report is not version N, or after S seconds)."""
 
-    timeout = READ_SECONDS  # per read of the request, then the connection is dropped
+    timeout = READ_SECONDS  # per read; the server bounds the whole request (_Server.reap)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         path, _, query = self.path.partition("?")
@@ -160,6 +165,7 @@ class _Told(BaseHTTPRequestHandler):
         elif not POD_UID or asked.get("uid") != POD_UID:
             self._answer(409)  # another pod's IP: its report is not this pod's
         else:
+            self.server.identified(self.request)  # type: ignore[attr-defined]
             try:
                 seen = int(asked["version"]) if "version" in asked else None
                 wait = float(asked.get("wait", "0"))
@@ -189,6 +195,7 @@ class _Told(BaseHTTPRequestHandler):
         elif not plausible(note):
             self.send_response(403)
         else:
+            self.server.identified(self.request)  # type: ignore[attr-defined]
             with _lock:
                 _keep("told-generation", note.get("generation"))
                 _keep("told-released", note.get("released"))
@@ -204,29 +211,66 @@ _lock = threading.Lock()
 
 
 class _Server(ThreadingHTTPServer):
+    """At most MAX_CONNECTIONS served at once; a connection that has not named this pod's uid
+    within READ_SECONDS is dropped, and gives its slot to a newer one when all are taken. This
+    file is shipped alone (the job's ConfigMap) and runs in any image with python3, so it
+    cannot share runtime/progress.py's server."""
+
     daemon_threads = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._guard = threading.Lock()
+        self._counted: set[Any] = set()  # connections holding a slot
+        self._pending: dict[Any, float] = {}  # of those, not identified yet: since when
         super().__init__(*args, **kwargs)
+        threading.Thread(target=self.reap, daemon=True).start()
 
-    # The cap as runtime/progress.py's server has it: this file is shipped alone (the job's
-    # ConfigMap) and runs in any image with python3, so it cannot import that one.
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # over MAX_CONNECTIONS: closed at once
-            return
+        with self._guard:
+            if len(self._counted) >= MAX_CONNECTIONS and not self._pending:
+                self.shutdown_request(request)  # every slot serves the operator: closed
+                return
+            if len(self._counted) >= MAX_CONNECTIONS:
+                self._drop(min(self._pending, key=self._pending.__getitem__))
+            self._counted.add(request)
+            self._pending[request] = time.monotonic()
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._release(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._release(request)
+
+    def identified(self, request: Any) -> None:
+        """The request named this pod's uid: no longer subject to the read deadline."""
+        with self._guard:
+            self._pending.pop(request, None)
+
+    def reap(self) -> None:
+        while True:
+            time.sleep(REAP_SECONDS)
+            with self._guard:
+                late = [r for r, since in self._pending.items()
+                        if time.monotonic() - since > READ_SECONDS]
+                for request in late:
+                    self._drop(request)
+
+    def _drop(self, request: Any) -> None:
+        """Ends a connection's reads (its thread then finishes) and frees its slot now."""
+        self._pending.pop(request, None)
+        self._counted.discard(request)
+        with contextlib.suppress(OSError):  # already closed
+            request.shutdown(socket.SHUT_RDWR)
+
+    def _release(self, request: Any) -> None:
+        with self._guard:
+            self._pending.pop(request, None)
+            self._counted.discard(request)
 
     def server_bind(self) -> None:
         """Bind without HTTPServer's getfqdn(), a DNS lookup that may stall in a pod."""

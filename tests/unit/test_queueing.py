@@ -447,6 +447,33 @@ def test_an_elastic_job_lets_kueue_admit_as_few_as_its_min_workers() -> None:
     assert "minCount" not in at_min and "minCount" not in workload_for(3)["spec"]["podSets"][0]
 
 
+def test_a_shrunk_group_keeps_its_admission_and_its_workload() -> None:
+    """Reproduced: the shrink changed the Workload's podSet, so the admitted one was retired
+    and a smaller one queued: the group stopped and waited behind the queue while its Event
+    said "training on with 2"."""
+    cluster = queued(elastic={"minWorkers": 2, "shrinkAfterSeconds": 30})
+    step(cluster)
+    admit(cluster)
+    step(cluster)
+    name = the_workload(cluster)["metadata"]["name"]
+    cluster.run(0, 1)
+    cluster.unschedulable(2, "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")
+    cluster.pods["demo-worker-2"]["status"]["conditions"][0]["lastTransitionTime"] = \
+        cluster.now.isoformat()
+    for _ in range(4):
+        step(cluster, 10)
+    assert (cluster.status["groupWorkers"], cluster.status["resizes"]) == (2, 1)
+    step(cluster)  # the old pods go with their grace period
+    cluster.finish_deletions()
+    step(cluster)
+    step(cluster)
+    assert the_workload(cluster)["metadata"]["name"] == name  # the admitted one, kept
+    assert sorted(cluster.pods) == PODS[:2]
+    assert cluster.status["phase"] != "Queued"
+    assert all(c["status"] != "True" for c in cluster.status["conditions"]
+               if c["type"] == "Queued")
+
+
 def admit_count(cluster: FakeCluster, count: int) -> None:
     admit(cluster)
     the_workload(cluster)["status"]["admission"]["podSetAssignments"][0]["count"] = count

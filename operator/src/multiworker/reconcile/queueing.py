@@ -157,9 +157,11 @@ def _desired(p: Pass, queue: str) -> Manifest | None:
 
 
 def _requested(p: Pass) -> int:
-    """The workers the Workload asks for: the group's size as spec.elastic set it, not as
-    Kueue's partial admission capped it (that answer must not change the question)."""
-    return p.job.status.group_workers or p.job.max_workers
+    """The workers the Workload asks for: the job's, whatever size spec.elastic gave the
+    group (a shrunk group lost nodes, not quota: it keeps its admission and grows back within
+    it; asking for fewer replaced the admitted Workload, and the group stopped to queue behind
+    it) or Kueue's partial admission capped it (that answer must not change the question)."""
+    return p.job.max_workers
 
 
 def _sized_by_admission(p: Pass, state: QueueState) -> bool:

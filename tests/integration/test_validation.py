@@ -155,7 +155,8 @@ def test_defaults_are_visible_in_the_stored_job(jobs: Jobs) -> None:
                                      "maxBackoffSeconds": 300, "defaultAction": "RestartGroup",
                                      "mode": "Recreate", "agentPort": 8472,
                                      "survivorSaveSeconds": 10, "warmStandby": True,
-                                     "warmModules": ["tensorflow"]}
+                                     "warmModules": ["tensorflow"],
+                                     "failFastOnRepeatedStartupError": True}
     assert spec["health"]["progressPort"] == 8471
     assert spec["health"]["startupTimeoutSeconds"] == 300
 

@@ -68,6 +68,31 @@ def test_format_amount(resource: str, amount: Decimal, text: str) -> None:
     assert format_amount(resource, amount) == text
 
 
+def _c(cpu: str, sidecar: bool = False) -> dict[str, object]:
+    container: dict[str, object] = {"resources": {"requests": {"cpu": cpu}}}
+    if sidecar:
+        container["restartPolicy"] = "Always"
+    return container
+
+
+@pytest.mark.parametrize(("spec", "cpu"), [
+    # the in-place agent (a native sidecar, 10m) runs beside the trainer: it adds
+    ({"containers": [_c("1")], "initContainers": [_c("10m", sidecar=True)]}, "1.010"),
+    # an ordinary init container runs alone, beside the sidecars started before it
+    ({"containers": [_c("1")], "initContainers": [_c("500m", True), _c("2")]}, "2.5"),
+    ({"containers": [_c("1")], "initContainers": [_c("2"), _c("500m", True)]}, "2"),
+    ({"containers": [_c("3")], "initContainers": [_c("500m", True), _c("2")]}, "3.5"),
+    # the RuntimeClass's overhead, set on the pod by admission
+    ({"containers": [_c("1")], "overhead": {"cpu": "250m"}}, "1.25"),
+])
+def test_pod_request_counts_native_sidecars_and_overhead_as_the_scheduler_does(
+    spec: dict[str, object], cpu: str
+) -> None:
+    """Counted as an init container alone, a sidecar's requests were missed: room() saw room
+    for a worker the scheduler then refused (grow, refusal, shrink, again)."""
+    assert pod_request({"spec": spec}, "cpu") == Decimal(cpu)
+
+
 def test_pod_request_counts_limits_alone_and_the_larger_of_init_and_main() -> None:
     pod = {"spec": {
         "containers": [{"resources": {"limits": {GPU: "1"}}},

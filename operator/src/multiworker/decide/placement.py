@@ -59,8 +59,11 @@ def format_amount(resource: str, amount: Decimal) -> str:
 
 
 def pod_request(pod: Pod, resource: str) -> Decimal:
-    """What the pod's containers request of `resource` (a limit alone counts as the request,
-    as the API server defaults it); init containers run first, so the larger of the two."""
+    """What the pod requests of `resource` as the scheduler counts it (a limit alone counts as
+    the request, as the API server defaults it): its containers, plus its native sidecars
+    (init containers with restartPolicy Always, such as the in-place agent) which run beside
+    them; an ordinary init container runs alone with the sidecars started before it, so the
+    larger of the two; plus the pod's overhead (its RuntimeClass's)."""
     spec = pod.get("spec") or {}
 
     def of(container: Mapping[str, Any]) -> Decimal:
@@ -70,9 +73,17 @@ def pod_request(pod: Pod, resource: str) -> Decimal:
             value = (resources.get("limits") or {}).get(resource)
         return parse_or_zero(value) if value is not None else Decimal(0)
 
-    main = sum((of(c) for c in spec.get("containers", [])), Decimal(0))
-    init = max((of(c) for c in spec.get("initContainers", [])), default=Decimal(0))
-    return max(main, init)
+    running = sum((of(c) for c in spec.get("containers") or []), Decimal(0))
+    sidecars = init = Decimal(0)
+    for container in spec.get("initContainers") or []:
+        if container.get("restartPolicy") == "Always":
+            sidecars += of(container)
+            running += of(container)
+            init = max(init, sidecars)
+        else:
+            init = max(init, of(container) + sidecars)
+    overhead = (spec.get("overhead") or {}).get(resource)
+    return max(running, init) + (parse_or_zero(overhead) if overhead is not None else 0)
 
 
 def is_bound(pod: Pod) -> bool:

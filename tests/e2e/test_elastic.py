@@ -33,8 +33,12 @@ def hog(name: str, gpus: int, node: str) -> dict[str, Any]:
                                      "resources": {"limits": {GPU: str(gpus)}}}]}}
 
 
-def events_of(jobs: Jobs, name: str, reason: str) -> list[str]:
-    return [m for _, r, m in jobs.events(name) if r == reason]
+def events_of(jobs: Jobs, name: str, reason: str, timeout: float = 30) -> list[str]:
+    """The messages of job `name`'s Events of `reason`, once there is one: the operator
+    records Events after the status write a test waits on (read at once, CI found none)."""
+    def found() -> list[str] | None:
+        return [m for _, r, m in jobs.events(name) if r == reason] or None
+    return wait_for(found, timeout, describe=lambda: f"a {reason} Event: {jobs.events(name)}")
 
 
 SIZED = re.compile(r"(\d+) of (\d+) workers: global batch (\d+), learning rate ([0-9.e-]+), "

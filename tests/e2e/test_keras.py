@@ -88,6 +88,7 @@ def test_a_script_that_fails_at_import_fails_the_job_after_its_second_try(
     assert "ModuleNotFoundError: No module named 'no_such_module_mwj'" in failed["message"]
     assert "hint: the image lacks that module" in failed["message"]
     assert "ModuleNotFoundError" in status["lastFailure"]["message"], status["lastFailure"]
+    jobs.wait_event("importerror", "Warning", "RepeatedStartupError")  # after the status write
     events = [m for _, reason, m in jobs.events("importerror")
               if reason == "RepeatedStartupError"]
     assert events and "No module named 'no_such_module_mwj'" in events[0], jobs.events(

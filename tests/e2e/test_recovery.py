@@ -135,6 +135,7 @@ def test_stopped_worker_is_a_hang_that_is_detected_and_recovered(
                         lambda s: s if (s.get("lastFailure") or {}).get("reason")
                         == "ProgressStalled" else None, timeout=120)
     assert stalled["lastFailure"]["worker"] == 1, stalled["lastFailure"]
+    jobs.wait_event("hang", "Warning", "ProgressStalled")  # recorded after the status write
     messages = [m for _, reason, m in jobs.events("hang") if reason == "ProgressStalled"]
     assert messages and "worker-1" in messages[0], jobs.events("hang")
     status = assert_resumed_and_succeeded(jobs, "hang")

@@ -10,6 +10,7 @@ from multiworker.api.status import FailureRecord, JobStatus
 from multiworker.decide.observe import ObservedGroup, observe_group
 from multiworker.decide.policy import Action, ActionKind, failure_action
 from multiworker.decide.progress import GroupHealth, Report, WorkerTrack
+from multiworker.reconcile.events import event_type
 
 from tests.unit.builders import JOB, JOB_UID, PodBuilder, at, make_spec
 
@@ -58,6 +59,7 @@ def test_the_same_error_before_a_step_twice_fails_the_job_with_its_words_and_a_h
         "generation 0 died of the same error before training a step")
     assert "failFastOnRepeatedStartupError" in second.message
     assert "hint: the image lacks that module" in second.message
+    assert event_type(second.reason) == "Warning"
 
 
 @pytest.mark.parametrize(

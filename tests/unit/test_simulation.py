@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from multiworker.api import names
-from multiworker.decide.queueing import QUEUE_LABEL
+from multiworker.decide.queueing import FINALIZER, QUEUE_LABEL
 from multiworker.reconcile.context import Options
 from multiworker.reconcile.reconcile import reconcile
 
@@ -32,7 +32,6 @@ KUEUE = Options(kueue=True)
 SHRINK_AFTER = 30
 WORKERS = 3
 REFUSAL = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
-FINALIZER = "kueue.x-k8s.io/resource-in-use"
 Manifest = dict[str, Any]
 
 

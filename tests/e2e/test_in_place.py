@@ -123,6 +123,19 @@ def test_a_killed_trainer_restarts_the_group_in_its_own_pods(
                         "cd /run/multiworker && echo $(cat told-generation) "
                         "$(cat told-released)").stdout.split()
     assert told == [str(running["groupGeneration"])] * 2, told
+    # The notes were signed; the trainer (the user's code) has no key, and its unsigned note
+    # for the next generation is refused.
+    forged = json.dumps({"uid": before["inplace-worker-0"],
+                         "generation": running["groupGeneration"] + 1})
+    answer = jobs.kubectl(
+        "exec", "inplace-worker-0", "-c", "tensorflow", "--", "python3", "-c",
+        "import os, sys, urllib.request as u, urllib.error as e\n"
+        "print(os.path.exists('/etc/multiworker-key'))\n"
+        "r = u.Request('http://127.0.0.1:8472/generation', method='PUT', "
+        "data=sys.argv[1].encode())\n"
+        "try: print(u.urlopen(r, timeout=5).status)\n"
+        "except e.HTTPError as x: print(x.code, x.read().decode())", forged).stdout
+    assert answer.split()[:2] == ["False", "401"], answer
     for pod in before:  # every trainer of generation 1 runs in its pod's spare
         wait_logged(jobs, pod, r"==== multiworker: generation 1 of worker \d, warm start")
     status = assert_resumed_and_succeeded(jobs, "inplace")

@@ -17,11 +17,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from multiworker.clients import agents
 from multiworker.clients.agents import AgentNote, note_body, note_url
 from multiworker.reconcile.render import agent_script
 from multiworker.runtime import agent as agent_module
 
 from tests.support import free_port, wait_for
+
+KEY = b"0123456789abcdef" * 4  # the job's key, as its Secret holds it (hex text)
 
 
 def start(tmp_path: Path, mode: str, port: int = 0) -> subprocess.Popen[bytes]:
@@ -29,7 +32,8 @@ def start(tmp_path: Path, mode: str, port: int = 0) -> subprocess.Popen[bytes]:
     script.write_text(agent_script())
     env = {"MWJ_AGENT_POD_INFO": str(tmp_path / "pod"),
            "MWJ_AGENT_STATE": str(tmp_path / "state"),
-           "MWJ_AGENT_PORT": str(port), "MWJ_AGENT_POD_UID": "uid-1"}
+           "MWJ_AGENT_PORT": str(port), "MWJ_AGENT_POD_UID": "uid-1",
+           "MWJ_AGENT_KEY_FILE": str(tmp_path / "key" / "key")}
     return subprocess.Popen([sys.executable, str(script), mode], env=env,
                             stdout=subprocess.DEVNULL)
 
@@ -67,6 +71,8 @@ def still_running(proc: subprocess.Popen[bytes], seconds: float = 0.3) -> bool:
 def folders(tmp_path: Path) -> None:
     (tmp_path / "pod").mkdir()
     (tmp_path / "state").mkdir()
+    (tmp_path / "key").mkdir()
+    (tmp_path / "key" / "key").write_bytes(KEY + b"\n")
 
 
 def test_the_sidecar_restarts_the_pod_once_a_trainer_of_an_older_generation_may_run(
@@ -135,11 +141,14 @@ def test_sigterm_stops_the_agent_at_once(tmp_path: Path, mode: str) -> None:
         proc.kill()
 
 
-def tell(port: int, uid: str, generation: int, released: int | None = None) -> int:
-    """PUT a note as the operator does (clients/agents.py); the agent's answer."""
-    note = AgentNote("127.0.0.1", port, uid, generation, released)
+def tell(port: int, uid: str, generation: int, released: int | None = None,
+         key: bytes | None = KEY, now: float | None = None,
+         body: dict[str, object] | None = None) -> int:
+    """PUT a note as the operator does (clients/agents.py), signed with `key` at `now`, or
+    `body` as it is; the agent's answer."""
+    note = AgentNote("127.0.0.1", port, uid, generation, released, key=key)
     request = urllib.request.Request(note_url(note), method="PUT",
-                                     data=json.dumps(note_body(note)).encode())
+                                     data=json.dumps(body or note_body(note, now)).encode())
     deadline = time.monotonic() + 5
     while True:
         try:
@@ -291,3 +300,54 @@ def _heard(port: int, generation: int) -> bool:
         return tell(port, "uid-1", generation) == 204
     except OSError:
         return False
+
+
+def test_only_a_note_signed_with_the_jobs_key_moves_the_pod(tmp_path: Path) -> None:
+    """Reproduced before notes were signed: one PUT naming the pod's uid and generation+1
+    (anyone who can list pods knows both) made the trainer see itself superseded, and a
+    second one opened a generation the operator never released. Every note now carries the
+    signature of the job's key (a Secret only the operator and this sidecar read) over what
+    it says and its expiry; the agent checks it before anything else."""
+    port = free_port()
+    write(tmp_path, generation=0, released=0)
+    watch = start(tmp_path, "watch", port)
+    try:
+        wait_for(lambda: _heard(port, 0), 30, interval=0.2, describe="the agent listening")
+        assert tell(port, "uid-1", 1, key=None) == 401  # unsigned
+        assert tell(port, "uid-1", 1, key=b"another job's key") == 401
+        forged = note_body(AgentNote("127.0.0.1", port, "uid-1", 0, key=KEY))
+        assert tell(port, "uid-1", 1, body={**forged, "generation": 1}) == 401  # altered
+        assert tell(port, "uid-other", 1, body={**forged, "uid": "uid-other"}) == 401
+        stale = time.time() - agents.NOTE_LIFETIME_SECONDS - 5
+        assert tell(port, "uid-1", 1, now=stale) == 401  # expired: replayed later
+        assert (tmp_path / "state" / "told-generation").read_text() == "0"  # _heard's
+        assert tell(port, "uid-1", 1) == 204  # the operator's
+        assert (tmp_path / "state" / "told-generation").read_text() == "1"
+    finally:
+        watch.kill()
+
+
+def test_an_agent_without_its_key_refuses_every_note_until_the_key_is_mounted(
+    tmp_path: Path,
+) -> None:
+    """The key's volume is optional (a pod whose Secret is missing still starts): its agent
+    cannot check a note, so it hears the labels alone; the kubelet may mount the key later."""
+    (tmp_path / "key" / "key").unlink()
+    port = free_port()
+    write(tmp_path, generation=0, released=0)
+    watch = start(tmp_path, "watch", port)
+    try:
+        wait_for(lambda: _answer(port) is not None, 30, interval=0.2,
+                 describe="the agent listening")
+        assert tell(port, "uid-1", 1) == 401
+        (tmp_path / "key" / "key").write_bytes(KEY)
+        assert tell(port, "uid-1", 1) == 204
+    finally:
+        watch.kill()
+
+
+def _answer(port: int) -> int | None:
+    try:
+        return tell(port, "uid-1", 0)
+    except OSError:
+        return None

@@ -4,12 +4,15 @@ released together; recreated, saying why, whenever that is not safe."""
 
 from __future__ import annotations
 
+import base64
 import json
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from multiworker.api import names
-from multiworker.clients.agents import AgentNote
+from multiworker.clients.agents import AgentNote, note_body
 from multiworker.clients.shapes import slim_node, slim_pod
 from multiworker.decide.inplace import (
     RESTART_FEATURE,
@@ -20,10 +23,18 @@ from multiworker.decide.inplace import (
 from multiworker.decide.nodes import NodeTrouble
 from multiworker.decide.observe import WorkerPhase, WorkerState, classify
 from multiworker.reconcile.render import owner_reference, pod_digest, render_worker_pod
+from multiworker.runtime import agent as agent_module
 
-from tests.unit.builders import make_job, make_spec
+from tests.unit.builders import JOB_UID, make_job, make_spec
 from tests.unit.fake_cluster import FakeCluster
-from tests.unit.test_reconcile import GPU_TEMPLATE, PODS, gpu_node, make, step
+from tests.unit.test_reconcile import (
+    GPU_TEMPLATE,
+    PODS,
+    conditions,
+    gpu_node,
+    make,
+    step,
+)
 
 Manifest = dict[str, Any]
 KUBELET = "v1.36.3"
@@ -402,7 +413,70 @@ def test_in_place_pods_carry_the_agent_and_the_trainer_s_rule() -> None:
     assert pod["spec"]["volumes"][-1]["name"] == "mwj-checkpoint"
     told = {e["name"]: e.get("value") or e["valueFrom"]["fieldRef"]["fieldPath"]
             for e in agent["env"]}
-    assert told == {"MWJ_AGENT_PORT": "8472", "MWJ_AGENT_POD_UID": "metadata.uid"}
+    assert told == {"MWJ_AGENT_PORT": "8472", "MWJ_AGENT_POD_UID": "metadata.uid",
+                    "MWJ_AGENT_KEY_FILE": "/etc/multiworker-key/key"}
+
+
+def test_the_jobs_key_is_mounted_into_the_agent_sidecar_alone() -> None:
+    """The trainer runs the user's code (and the warm launcher runs it too): it must not be
+    able to sign a note."""
+    job = make_job(checkpoint={"claimName": "ckpt"}, restartPolicy={"mode": "InPlace"})
+    pod = render_worker_pod(job, 0, 4, owner_reference(job), agent=True)
+    containers = pod["spec"]["initContainers"] + pod["spec"]["containers"]
+    mounting = [c["name"] for c in containers
+                if any(m["name"] == names.AGENT_KEY_VOLUME for m in c.get("volumeMounts", []))]
+    assert mounting == [names.AGENT_CONTAINER]
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == names.AGENT_KEY_VOLUME]
+    assert volume["secret"] == {"secretName": names.agent_key_name(job.name, job.uid),
+                                "optional": True, "defaultMode": 0o400,
+                                "items": [{"key": "key", "path": "key"}]}
+
+
+def secret_of(cluster: FakeCluster) -> Manifest:
+    [secret] = [o for o in cluster.objects.values() if o["kind"] == "Secret"]
+    return secret
+
+
+def test_an_in_place_job_signs_every_note_with_its_own_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Secret is created before the pods, owned by the job (deleted with it); each pass
+    that tells the agents reads it and signs (the operator keeps no copy: a new leader signs
+    alike), and the agent's own check (runtime/agent.py) accepts what it signed."""
+    cluster = running(restartPolicy={"backoffSeconds": 0})
+    secret = secret_of(cluster)
+    assert secret["metadata"]["name"] == names.agent_key_name("demo", JOB_UID)
+    assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [JOB_UID]
+    key = base64.b64decode(secret["data"]["key"])
+    assert len(key) == 64  # 32 random bytes, as hex
+    held(cluster, 1)
+    step(cluster)
+    moved = step(cluster)
+    assert len(moved.agent_notes) == 3 and {n.key for n in moved.agent_notes} == {key}
+    (tmp_path / "key").write_bytes(key)
+    monkeypatch.setattr(agent_module, "KEY_FILE", str(tmp_path / "key"))
+    for note in moved.agent_notes:
+        assert agent_module.unsigned(note_body(note), time.time()) is None
+    (tmp_path / "key").write_bytes(b"0" * 64)  # another job's key
+    assert agent_module.unsigned(note_body(moved.agent_notes[0]), time.time()) is not None
+
+
+def test_a_recreated_job_has_no_key_and_sends_no_notes() -> None:
+    cluster = make()
+    step(cluster)
+    assert cluster.pods and not [o for o in cluster.objects.values() if o["kind"] == "Secret"]
+
+
+def test_a_secret_of_the_keys_name_not_owned_by_the_job_blocks_it() -> None:
+    """Never sign with (or mount) a key someone else made."""
+    cluster = on_kubelet(make(restartPolicy=IN_PLACE))
+    name = names.agent_key_name("demo", JOB_UID)
+    cluster.objects[name] = {"kind": "Secret", "metadata": {"name": name, "ownerReferences": []},
+                             "data": {"key": base64.b64encode(b"k" * 64).decode()}}
+    step(cluster)
+    assert cluster.pods == {}
+    assert conditions(cluster)["Running"] == ("False", "ObjectConflict")
+    assert f"Secret {name} exists and is not controlled by this job" in cluster.events[-1][2]
 
 
 def test_the_node_cache_keeps_the_kubelet_version() -> None:

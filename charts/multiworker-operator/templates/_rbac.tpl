@@ -38,6 +38,15 @@ against the code's REST calls; the e2e suite runs the operator under it.
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [create]
+# In-place jobs (restartPolicy.mode InPlace): a Secret per job holding the key the operator
+# signs its notes to the pods' restart agents with, owned by the job and mounted into the
+# agent sidecar alone. Created before the pods; read by name when a pass signs notes (the
+# operator keeps no copy, so a new leader signs as the old one did). Never listed or watched:
+# no other Secret is ever sent to the operator. Without the key anyone able to list pods could
+# forge a note that restarts a pod into a generation the operator never released.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create]
 # Events on jobs (what `kubectl describe mwj` shows).
 - apiGroups: [""]
   resources: [events]

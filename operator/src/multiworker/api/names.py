@@ -43,6 +43,8 @@ AGENT_POD_INFO_VOLUME = "mwj-pod-info"
 AGENT_STATE_VOLUME = "mwj-agent-state"
 AGENT_SCRIPT_VOLUME = "mwj-agent-script"
 AGENT_SCRIPT_KEY = "agent.py"
+AGENT_KEY_VOLUME = "mwj-agent-key"
+AGENT_KEY_FILE = "key"  # the Secret's one key, and its file in the agent's mount
 # The warm launcher (runtime/launcher.py) and the hook its spare interpreters start with, shipped
 # beside the agent; and its last report that the operator acts on (JSON: generation, state,
 # exit), copied onto the pod from the agent's GET /trainer.
@@ -110,6 +112,18 @@ CLUSTER_CONFIG_KEY = "workers"
 
 def config_map_path(namespace: str, name: str | None = None) -> str:
     path = f"/api/v1/namespaces/{namespace}/configmaps"
+    return f"{path}/{name}" if name else path
+
+
+def agent_key_name(job: str, job_uid: str) -> str:
+    """The job's Secret holding the key its in-place agents check the operator's notes with
+    (reconcile/agent_keys.py). The uid in its name: a Secret left by an earlier job of the
+    same name is never taken for this one's."""
+    return f"{job}-agent-key-{job_uid[:8]}"
+
+
+def secret_path(namespace: str, name: str | None = None) -> str:
+    path = f"/api/v1/namespaces/{namespace}/secrets"
     return f"{path}/{name}" if name else path
 
 

@@ -5,14 +5,22 @@ its downwardAPI volume (which once in a dozen restarts took over 30 s).
 A note is a hint, never the only channel: one that is lost (the agent restarting, a
 NetworkPolicy, an operator that dies mid-way) leaves the labels to tell, later. So each note
 is tried a few times within a couple of seconds and then dropped, and nothing waits for it.
+
+Every note is signed with the job's key (reconcile/agent_keys.py: a Secret mounted into the
+agent alone), over what it says and an expiry: anyone who can list pods can name a pod's uid,
+and an unsigned note would let them move it to a generation the operator never released.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import json
 import logging
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 
@@ -23,6 +31,10 @@ log = logging.getLogger(__name__)
 TIMEOUT_SECONDS = 1.0
 TRIES = 3
 RETRY_SECONDS = 0.3
+# How long a signed note holds: it bounds a replayed note (which can only repeat what the
+# operator said, and values only rise), and is far above any clock difference between the
+# operator and a node; a node clock further off loses only the fast word (the labels tell).
+NOTE_LIFETIME_SECONDS = 120
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,18 @@ class AgentNote:
     uid: str  # only this pod: an IP reused by another pod refuses the note
     generation: int
     released: int | None = None
+    key: bytes | None = field(default=None, repr=False, compare=False)  # the job's signing key
+
+
+def signed(notes: Sequence[AgentNote], key: bytes | None) -> list[AgentNote]:
+    return [replace(note, key=key) for note in notes]
+
+
+def signature(key: bytes, path: str, uid: str, generation: int | None, released: int | None,
+              expires: int) -> str:
+    """HMAC-SHA256 of what a request says (runtime/agent.py checks the same message)."""
+    message = json.dumps([path, uid, generation, released, expires], separators=(",", ":"))
+    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
 
 
 def note_url(note: AgentNote) -> str:
@@ -42,8 +66,17 @@ def note_url(note: AgentNote) -> str:
     return f"http://{host}:{note.port}{AGENT_NOTE_PATH}"
 
 
-def note_body(note: AgentNote) -> dict[str, object]:
-    return {"uid": note.uid, "generation": note.generation, "released": note.released}
+def note_body(note: AgentNote, now: float | None = None) -> dict[str, object]:
+    """What the PUT carries: signed where the note has its job's key (an agent shipped
+    before notes were signed ignores the extra fields)."""
+    body: dict[str, object] = {"uid": note.uid, "generation": note.generation,
+                               "released": note.released}
+    if note.key is not None:
+        expires = int(time.time() if now is None else now) + NOTE_LIFETIME_SECONDS
+        body["expires"] = expires
+        body["signature"] = signature(note.key, AGENT_NOTE_PATH, note.uid, note.generation,
+                                      note.released, expires)
+    return body
 
 
 class Agents:
@@ -80,7 +113,11 @@ class Agents:
             try:
                 async with session.put(url, json=note_body(note),
                                        allow_redirects=False) as response:
-                    if response.status < 500:  # 204 heard; 409 another pod: either way done
+                    # 204 heard; 409 another pod, 401/403 refused: either way done
+                    if response.status == 401:  # a key or a clock that does not match
+                        log.warning("the agent at %s refused a signed note: %s", url,
+                                    (await response.text())[:200])
+                    if response.status < 500:
                         log.debug("PUT %s: %s", url, response.status)
                         return
             except (aiohttp.ClientError, TimeoutError, OSError) as e:

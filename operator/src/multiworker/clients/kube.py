@@ -47,6 +47,9 @@ FOOTPRINT: dict[tuple[str, str], frozenset[str]] = {
                              "deletecollection"}),
     ("", "services"): frozenset({"get", "create"}),
     ("", "configmaps"): frozenset({"create"}),  # never read: see render_cluster_config
+    # In-place jobs' signing keys (reconcile/agent_keys.py): created, and read by name when a
+    # pass signs notes; never listed or watched, so no other Secret reaches the operator.
+    ("", "secrets"): frozenset({"create", "get"}),
     ("", "events"): frozenset({"create"}),
     ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
     ("", "nodes"): frozenset({"get", "list", "watch"}),

@@ -30,6 +30,7 @@ from multiworker.decide.policy import (
 )
 from multiworker.decide.queueing import on_flavor_nodes, with_flavor_fields
 from multiworker.decide.warm import warm_command
+from multiworker.reconcile.agent_keys import agent_key_found, new_agent_key
 from multiworker.reconcile.context import Flow, Pass
 from multiworker.reconcile.gang import (
     API_VERSION,
@@ -135,7 +136,7 @@ def _prepared(p: Pass, owner: Manifest, gang: bool) -> bool:
                                                           _ensure_pod_group(p, owner))):
         return False
     return (_ensure_service(p, owner) and _ensure_cluster_config(p, owner)
-            and _ensure_network_policy(p, owner))
+            and _ensure_agent_key(p, owner) and _ensure_network_policy(p, owner))
 
 
 def _existing_are_ours(p: Pass, pods: list[Manifest], results: list[Created | Refused]) -> bool:
@@ -298,6 +299,29 @@ def _ensure_cluster_config(p: Pass, owner: Manifest) -> bool:
             f"{e.message}"))
         return False
     return True
+
+
+def _ensure_agent_key(p: Pass, owner: Manifest) -> bool:
+    """An in-place job's signing key (agent_keys.py), before the pods that mount it."""
+    if not in_place(p.job):
+        return True
+    secret = new_agent_key(p.job, owner)
+    name = secret["metadata"]["name"]
+    try:
+        if p.cluster.create_object(names.secret_path(p.job.namespace), secret) \
+                is Created.CREATED:
+            return True
+    except Refused as e:
+        finish(p, Phase.FAILED, Action(
+            ActionKind.FAIL_JOB, Reason.POD_REFUSED,
+            f"the API server refused the job's Secret {name} (the in-place agents' key): "
+            f"{e.message}"))
+        return False
+    found, _ = agent_key_found(p)
+    if found is Owned.OURS:
+        return True
+    _wait_or_conflict(p, found, "Secret", name)
+    return False
 
 
 def _ensure_network_policy(p: Pass, owner: Manifest) -> bool:

@@ -26,7 +26,7 @@ from multiworker.api.conditions import Reason, Type
 from multiworker.api.job import InvalidJobSpec, Job
 from multiworker.api.spec import CleanPodPolicy
 from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus, parse_status
-from multiworker.clients.agents import AgentNote
+from multiworker.clients.agents import AgentNote, signed
 from multiworker.clients.kube import Conflict, GenerationDeletion, Gone, PodDeletion, PodPatch
 from multiworker.decide.fit import may_host
 from multiworker.decide.gpus import (
@@ -73,6 +73,7 @@ from multiworker.decide.policy import (
 )
 from multiworker.decide.progress import GroupHealth
 from multiworker.logs import job_logger
+from multiworker.reconcile.agent_keys import agent_key
 from multiworker.reconcile.commit import commit
 from multiworker.reconcile.context import ClusterIO, Flow, Options, Outcome, Pass
 from multiworker.reconcile.creation import ensure_workers, still_blocked, why_not_placed
@@ -143,13 +144,17 @@ def reconcile(
         # Its watch event wakes the job again; this is the fallback if the cache lags, never
         # a loop of 409s at full speed.
         log.debug("the job changed during this pass: reading it again")
-        return Outcome(requeue=CONFLICT_RETRY_SECONDS, agent_notes=tuple(p.agent_notes))
+        return Outcome(requeue=CONFLICT_RETRY_SECONDS, agent_notes=_signed_notes(p))
     except Gone:
         return Outcome(gone=True)
     read = str(body["metadata"].get("resourceVersion", ""))
     return Outcome(requeue=p.requeue, targets=poll_targets(p), created=tuple(p.created),
                    written=(read, written) if written is not None else None,
-                   agent_notes=tuple(p.agent_notes))
+                   agent_notes=_signed_notes(p))
+
+
+def _signed_notes(p: Pass) -> tuple[AgentNote, ...]:
+    return tuple(signed(p.agent_notes, agent_key(p))) if p.agent_notes else ()
 
 
 # --- the steps, in order ---

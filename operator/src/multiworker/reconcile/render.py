@@ -32,6 +32,7 @@ AGENT_RESTART_EXIT = 86  # runtime/agent.py's RESTART_EXIT
 _POD_INFO_PATH = "/etc/multiworker"
 _AGENT_STATE_PATH = "/run/multiworker"
 _AGENT_SCRIPT_PATH = "/opt/multiworker-agent"
+_AGENT_KEY_PATH = "/etc/multiworker-key"
 
 
 _WARM_HOOK_DIR = "warm"  # under _AGENT_SCRIPT_PATH: on the spare interpreters' PYTHONPATH
@@ -305,8 +306,14 @@ def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> bool:
                 "terminationMessagePolicy": _TERMINATION_MESSAGE_POLICY}
     heard = [{"name": "MWJ_AGENT_PORT", "value": str(job.spec.restart_policy.agent_port)},
              {"name": "MWJ_AGENT_POD_UID", "valueFrom": {"fieldRef": {
-                 "fieldPath": "metadata.uid"}}}]
-    watcher = {**agent(names.AGENT_CONTAINER, "watch"), "env": heard, "restartPolicy": "Always",
+                 "fieldPath": "metadata.uid"}}},
+             {"name": "MWJ_AGENT_KEY_FILE",
+              "value": f"{_AGENT_KEY_PATH}/{names.AGENT_KEY_FILE}"}]
+    # The job's key reaches the sidecar that hears the operator, and nothing else in the pod:
+    # the trainer runs the user's code, which must not be able to sign a note.
+    key_mount = {"name": names.AGENT_KEY_VOLUME, "mountPath": _AGENT_KEY_PATH, "readOnly": True}
+    watcher = {**agent(names.AGENT_CONTAINER, "watch"), "env": heard,
+               "volumeMounts": [*mounts, key_mount], "restartPolicy": "Always",
                "restartPolicyRules": [{"action": "RestartAllContainers", "exitCodes": {
                    "operator": "In", "values": [AGENT_RESTART_EXIT]}}]}
     ours = {names.AGENT_CONTAINER, names.GATE_CONTAINER}
@@ -338,9 +345,16 @@ def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> bool:
                    "path": f"{_WARM_HOOK_DIR}/{names.WARM_HOOK_KEY}"}]}}
     state = {"name": names.AGENT_STATE_VOLUME, "emptyDir": {"medium": "Memory",
                                                             "sizeLimit": "1Mi"}}
-    volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") not in
-               {names.AGENT_POD_INFO_VOLUME, names.AGENT_STATE_VOLUME, names.AGENT_SCRIPT_VOLUME}]
-    pod_spec["volumes"] = [*volumes, pod_info, state, script_volume]
+    # Optional: a pod whose key is missing still starts; its agent then refuses every note,
+    # and the labels alone tell it (later).
+    key = {"name": names.AGENT_KEY_VOLUME, "secret": {
+        "secretName": names.agent_key_name(job.name, job.uid), "optional": True,
+        "defaultMode": 0o400, "items": [{"key": names.AGENT_KEY_FILE,
+                                         "path": names.AGENT_KEY_FILE}]}}
+    agent_volumes = {names.AGENT_POD_INFO_VOLUME, names.AGENT_STATE_VOLUME,
+                     names.AGENT_SCRIPT_VOLUME, names.AGENT_KEY_VOLUME}
+    volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") not in agent_volumes]
+    pod_spec["volumes"] = [*volumes, pod_info, state, script_volume, key]
     return isinstance(warm, WarmCommand)
 
 

@@ -16,9 +16,10 @@ ConfigMap), stdlib only, in two init containers of every worker pod:
   the operator decides.
 
 Both learn the generation and its release two ways and act on whichever comes first: the
-operator's word (PUT /generation on the sidecar's port, from the operator, naming this pod's
-uid: an IP reused by another pod is refused, and so is a generation more than MAX_LEAD above
-the pod's own label), and the labels and annotations through a downwardAPI volume, which the
+operator's word (PUT /generation on the sidecar's port, from the operator, signed with the
+job's key, which only this sidecar mounts, and naming this pod's uid: an IP reused by another
+pod is refused, and so is a generation more than MAX_LEAD above the pod's own label), and the
+labels and annotations through a downwardAPI volume, which the
 kubelet refreshes on its own schedule (once in a dozen restarts, 30 s late). Neither needs API
 credentials. Both only ever rise, so the higher wins.
 """
@@ -26,6 +27,8 @@ credentials. Both only ever rise, so the higher wins.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import signal
@@ -42,6 +45,10 @@ POD_INFO = os.environ.get("MWJ_AGENT_POD_INFO", "/etc/multiworker")
 STATE = os.environ.get("MWJ_AGENT_STATE", "/run/multiworker")
 PORT = int(os.environ.get("MWJ_AGENT_PORT", "0") or 0)  # 0: hear only the downwardAPI
 POD_UID = os.environ.get("MWJ_AGENT_POD_UID", "")
+# The job's key (a Secret the operator creates, mounted into this sidecar alone, never the
+# trainer's container): a note must carry its signature (clients/agents.py). No key: every
+# note is refused, and the labels alone tell.
+KEY_FILE = os.environ.get("MWJ_AGENT_KEY_FILE", "")
 NOTE_PATH = "/generation"  # api/contract.py's AGENT_NOTE_PATH
 TRAINER_PATH = "/trainer"  # api/contract.py's AGENT_TRAINER_PATH
 RESTART_EXIT = 86
@@ -130,6 +137,35 @@ def plausible(note: dict[str, object]) -> bool:
     return release is None or release <= ceiling
 
 
+def _key() -> bytes | None:
+    """Read on every note: the kubelet may mount the Secret after the sidecar starts."""
+    try:
+        with open(KEY_FILE, "rb") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def unsigned(note: dict[str, object], now: float) -> str | None:
+    """Why the note is not the operator's, or None: signed with the job's key over what it
+    says and when it expires (clients/agents.py's signature), and not expired."""
+    key = _key() if KEY_FILE else None
+    if key is None:
+        return "this agent has no key to check notes with"
+    expires, given = note.get("expires"), note.get("signature")
+    if not isinstance(expires, int) or isinstance(expires, bool) or not isinstance(given, str):
+        return "the note is not signed"
+    message = json.dumps([NOTE_PATH, note.get("uid"), note.get("generation"),
+                          note.get("released"), expires], separators=(",", ":"))
+    expected = hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, given):
+        return "the note's signature does not match this job's key"
+    if now > expires:
+        return (f"the note expired {now - expires:.0f}s ago by this node's clock "
+                "(is it off from the operator's?)")
+    return None
+
+
 def launcher_report() -> dict[str, Any] | None:
     """What the warm launcher last wrote (launcher.py), None where it runs not."""
     try:
@@ -174,10 +210,10 @@ class _Told(BaseHTTPRequestHandler):
                 return
             self._answer(200, json.dumps(_wait_for_news(seen, wait)).encode())
 
-    def _answer(self, code: int, body: bytes = b"") -> None:
+    def _answer(self, code: int, body: bytes = b"", kind: str = "application/json") -> None:
         self.send_response(code)
         if body:
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -188,8 +224,15 @@ class _Told(BaseHTTPRequestHandler):
             note = json.loads(self.rfile.read(length) or b"{}")
         except ValueError:
             note = None
+        refused = unsigned(note, time.time()) if isinstance(note, dict) else None
         if self.path != NOTE_PATH or not isinstance(note, dict):
             self.send_response(400)
+        elif refused is not None:
+            if refused not in _said:  # once per reason: a flood of forgeries floods no log
+                _said.add(refused)
+                print(f"refused a note: {refused}", flush=True)
+            self._answer(401, refused.encode(), "text/plain")
+            return
         elif not POD_UID or note.get("uid") != POD_UID:
             self.send_response(409)  # another pod's IP, once: not ours to act on
         elif not plausible(note):
@@ -208,6 +251,7 @@ class _Told(BaseHTTPRequestHandler):
 
 
 _lock = threading.Lock()
+_said: set[str] = set()
 
 
 class _Server(ThreadingHTTPServer):

@@ -297,6 +297,17 @@ def test_the_report_beats_and_counts_its_changes(pod: Pod) -> None:
     assert pod.wait_report("generation 1 held", state="held")["version"] > first["version"]
 
 
+def test_a_restarted_launcher_counts_its_report_on_from_the_last(pod: Pod) -> None:
+    """The operator long-polls for a version other than the last it saw: a launcher restarted
+    with its container (the pod's state survives it) that counted from 0 again would reach
+    that version with news, and the poll would sit on it for 15 s."""
+    pod.write(generation=0, released=0, opened=0)
+    (pod.root / "state" / "launcher.json").write_text(json.dumps(
+        {"pid": 1, "version": 41, "beat": 0, "generation": 0, "state": "running"}))
+    proc = pod.start()
+    assert pod.wait_report("the new launcher's report", pid=proc.pid)["version"] > 41
+
+
 @pytest.mark.parametrize(("plan", "code", "signum", "message"), [
     ("exit:3:checkpoint store unreachable", 3, None, "checkpoint store unreachable"),
     ("kill", 137, 9, "trainer of generation 0 starts\nabout to be killed"),

@@ -311,6 +311,11 @@ class Launcher:
 
     def begin(self) -> None:
         """Start the generation the gate opened (or hold a newer one)."""
+        # A launcher restarted with its container (the kubelet's restart of all of them)
+        # counts on from the report its predecessor left in the pod's state: counted from 0
+        # again, a version the operator has seen would be news its long poll sits on.
+        last = (self.agent.launcher_report() or {}).get("version")
+        self.version = last if isinstance(last, int) and not isinstance(last, bool) else 0
         opened, current = self.agent.opened(), self.agent.generation()
         self.generation = opened if opened is not None else current or 0
         if current is not None and current > self.generation:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from multiworker.decide.queueing import FINALIZER
 
 from tests.cluster import REPO, Cluster, one_setup_at_a_time, run_script
 from tests.conftest import LOG_DIR
@@ -189,6 +190,29 @@ def test_a_job_waits_for_quota_with_kueues_reason_and_starts_when_the_first_fini
         done["first"]["metadata"].get("finalizers") or [])
     reasons = [reason for _, reason, _ in jobs.events("second")]
     assert "Admitted" in reasons, reasons
+
+
+def test_a_job_deleted_while_the_operator_is_down_has_its_workload_let_go_on_its_return(
+    cluster: Cluster, namespace: str, queue: str, kueue_operator: OperatorProcess, jobs: Jobs,
+) -> None:
+    """The garbage collector deletes a gone job's Workload, and waits on the operator's
+    finalizer. The Workload's events reach a restarted operator before it leads the
+    namespace (and a namespace with no job left is led by none): on taking the lead it sweeps
+    its cache and lets go, so the Workload does not stay for ever."""
+    jobs.apply(job("gone", epochs=1, queue="no-such-queue"))  # a Workload, never admitted
+    held = wait_for(lambda: next((w for w in workloads(cluster, namespace) if FINALIZER in (
+        w["metadata"].get("finalizers") or [])), None), 60, describe="the job's Workload")
+    kueue_operator.kill()
+    jobs.kubectl("delete", "mwj", "gone", "--wait=true")
+    deleting = wait_for(lambda: next((w for w in workloads(cluster, namespace)
+                                      if w["metadata"].get("deletionTimestamp")), None), 60,
+                        describe="the garbage collector deleting the Workload")
+    assert deleting["metadata"]["uid"] == held["metadata"]["uid"]
+    assert FINALIZER in deleting["metadata"]["finalizers"]  # held for the operator
+    kueue_operator.start()
+    wait_for(lambda: not workloads(cluster, namespace), 60, describe=lambda: (
+        "the Workload let go of: " + json.dumps([w["metadata"] for w in workloads(
+            cluster, namespace)]) + f"\n{kueue_operator.log_tail(40)}"))
 
 
 def test_an_elastic_job_admitted_in_part_trains_with_the_workers_the_quota_holds(

@@ -189,6 +189,7 @@ def test_a_deleted_jobs_workload_is_released_whichever_watch_delivers_first() ->
     Workloads of that job (its uid), not of a job re-created under its name."""
     cluster = FinalizerLog()
     controller = Controller(cluster, [NAMESPACE], None)  # type: ignore[arg-type]
+    controller._synced = True  # started: its first lists are in
     job = job_body()
 
     def workload(name: str, uid: str) -> dict[str, Any]:
@@ -213,3 +214,55 @@ def test_a_deleted_jobs_workload_is_released_whichever_watch_delivers_first() ->
 
     asyncio.run(events())
     assert cluster.dropped == ["demo-1"]
+
+
+def test_a_workload_whose_job_went_while_no_instance_led_is_released_by_the_next_leader() -> None:
+    """The job was deleted while no operator led its namespace (down, upgrading, a leader
+    change): the garbage collector's deletion of its Workload waits on our finalizer, and that
+    Workload's last event reached the next instance before it led (or its namespace, with no
+    job left, was led by none). Taking the lead sweeps the cache; a namespace with nothing
+    but such a Workload is led for it."""
+    api, clock, cluster = LeaseAPI(), Clock(), FinalizerLog()
+    controller = Controller(cluster, [NAMESPACE], "me")  # type: ignore[arg-type]
+    controller.elector = Elector(api, "me", controller._leadership_changed,  # type: ignore[arg-type]
+                                 clock=clock)
+
+    def workload(name: str, job: str, deleting: bool = True) -> dict[str, Any]:
+        meta = {"name": name, "namespace": NAMESPACE, "finalizers": [FINALIZER],
+                "labels": {"multiworker.dev/job-name": job, JOB_UID_LABEL: "old-uid"}}
+        return {"metadata": meta | ({"deletionTimestamp": "2026-11-28T00:00:00Z"}
+                                    if deleting else {})}
+
+    gone, live = workload("gone-1", "gone"), workload("demo-1", "demo", deleting=False)
+    being_made = workload("new-1", "new", deleting=False)  # its job not seen yet: no orphan
+
+    async def events() -> None:
+        for w in (gone, live, being_made):
+            controller.view.workload_store.put(w)
+            controller._on_workload("ADDED", None, w)  # the first lists, caches not synced
+        controller.view.job_store.put(job_body())
+        controller._synced = True
+        controller._release_orphans_in(None)  # as start() does once synced: not leading yet
+        await asyncio.sleep(0.1)
+        assert cluster.dropped == []
+        assert controller.elector is not None and controller.elector._wanted == {NAMESPACE}
+        controller.elector.step(NAMESPACE)  # this instance takes the lead
+        await asyncio.sleep(0.1)  # (the release runs in an executor)
+
+    asyncio.run(events())
+    assert cluster.dropped == ["gone-1"]
+
+
+def test_a_namespace_with_only_an_orphaned_workload_is_led_until_it_is_let_go() -> None:
+    controller = Controller(FinalizerLog(), [NAMESPACE], "me")  # type: ignore[arg-type]
+    controller.elector = Elector(LeaseAPI(), "me", controller._leadership_changed,  # type: ignore[arg-type]
+                                 clock=Clock())
+    controller._synced = True
+    orphan = {"metadata": {"name": "gone-1", "namespace": NAMESPACE, "finalizers": [FINALIZER],
+                           "deletionTimestamp": "2026-11-28T00:00:00Z",
+                           "labels": {"multiworker.dev/job-name": "gone"}}}
+    controller._on_workload("MODIFIED", orphan, orphan)
+    assert controller.elector._wanted == {NAMESPACE}
+    released = {"metadata": {**orphan["metadata"], "finalizers": []}}
+    controller._on_workload("MODIFIED", orphan, released)
+    assert controller.elector._wanted == set()

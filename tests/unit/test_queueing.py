@@ -15,6 +15,7 @@ from multiworker.decide.queueing import (
     Priority,
     desired_workload,
     flavor_fields,
+    orphaned,
     priority_of,
     quota_released,
     read_workload,
@@ -527,3 +528,18 @@ def test_evicted_after_a_partial_admission_it_is_queued_again_for_the_full_size(
     admit_count(cluster, 3)
     step(cluster)
     assert sorted(cluster.pods) == PODS
+
+
+@pytest.mark.parametrize(("finalizers", "deleting", "job", "expected"), [
+    ([FINALIZER], True, None, True),  # its job gone, the garbage collector deleting it
+    ([FINALIZER], False, None, False),  # its job maybe not seen yet (two watches)
+    ([FINALIZER], True, {"metadata": {"uid": "u"}}, False),  # its job's pass handles it
+    ([], True, None, False),  # not ours to let go of
+])
+def test_a_workload_is_orphaned_when_deleted_with_our_finalizer_and_no_job(
+    finalizers: list[str], deleting: bool, job: Manifest | None, expected: bool,
+) -> None:
+    meta: Manifest = {"name": "w", "finalizers": finalizers}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-28T00:00:00Z"
+    assert orphaned({"metadata": meta}, job) is expected

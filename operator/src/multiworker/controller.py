@@ -41,6 +41,7 @@ from multiworker.decide.queueing import (
     GROUP_VERSION,
     JOB_UID_LABEL,
     WORKLOADS,
+    orphaned,
     workload_path,
 )
 from multiworker.logs import job_logger
@@ -137,6 +138,10 @@ class Controller:
     # finds lost nodes by their status alone.
     _lease_informer: Informer | None = field(init=False, default=None)
     _workload_informers: list[Informer] = field(init=False, default_factory=list)  # --kueue
+    # Workloads held by our finalizer for jobs that are gone (decide/queueing.orphaned), by
+    # (namespace, name): their namespaces are led even without jobs, so one is let go of.
+    _orphans: set[Key] = field(init=False, default_factory=set)
+    _synced: bool = field(init=False, default=False)  # the first lists are in the caches
 
     def __post_init__(self) -> None:
         self.view = View(self.cluster, Store(), Store(index_of=_pod_job), Store(),
@@ -181,14 +186,16 @@ class Controller:
         self._lease_informer.on_state = self.view.heartbeats.watch_state
         self._lease_informer.start()
         await asyncio.to_thread(self._wait_synced)
+        self._synced = True
         log.info("caches synced: %d jobs, %d pods, %d nodes", len(self.view.job_store),
                  len(self.view.pod_store), len(self.view.node_store))
         self._tasks = [asyncio.create_task(self._work(), name=f"pass worker {i}")
                        for i in range(self.workers)]
         self._tasks.append(asyncio.create_task(self.poller.run(), name="progress poller"))
         self._tasks.append(asyncio.create_task(self._watch_heartbeats(), name="heartbeats"))
+        self._release_orphans_in(None)  # where this instance leads: now; elsewhere, once it does
         if self.elector is not None:
-            self.elector.want(set(self._jobs_per_namespace))
+            self._want()
             self._tasks.append(asyncio.create_task(self.elector.run(), name="leader election"))
         for key in self.view.job_store:
             self.queue.add(key)
@@ -292,11 +299,18 @@ class Controller:
         job = _workload_job(obj)
         if job is None:
             return
+        key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        if self._synced and new is not None and orphaned(new, self.view.job_store.get(job)):
+            # Its job is gone: the garbage collector deletes it once nothing holds it.
+            self._orphans.add(key)
+            self._want()
+            self._release_orphan(new)
+            return
+        if key in self._orphans:
+            self._orphans.discard(key)
+            self._want()
         if self.view.job_store.get(job) is not None:
             self.queue.add(job)
-        elif new is not None:
-            # Its job is gone: the garbage collector deletes it once nothing holds it.
-            self._release_orphan(new)
 
     def _release_workloads_of(self, key: Key, job: Manifest) -> None:
         """A deleted job's Workloads. The job and Workload watches are separate streams, and
@@ -307,9 +321,27 @@ class Controller:
             if (workload["metadata"].get("labels") or {}).get(JOB_UID_LABEL) == uid:
                 self._release_orphan(workload)
 
+    def _release_orphans_in(self, namespace: str | None) -> None:
+        """Sweep the cache for Workloads whose job went while no instance of ours led its
+        namespace (the operator down, a leader change): their last event came before this
+        instance led, and no later one would come."""
+        known = len(self._orphans)
+        for key in self.view.workload_store:
+            workload = self.view.workload_store.get(key)
+            job = _workload_job(workload) if workload is not None else None
+            if workload is None or job is None or namespace not in (None, key[0]):
+                continue
+            if orphaned(workload, self.view.job_store.get(job)):
+                self._orphans.add(key)
+                self._release_orphan(workload)
+        if len(self._orphans) != known:
+            self._want()
+
     def _release_orphan(self, workload: Manifest) -> None:
+        """Only the namespace's leader, with its caches synced: a Workload seen before its
+        job (two watches) is no orphan, and the leader made it from a cache that has the job."""
         meta = workload["metadata"]
-        if FINALIZER not in (meta.get("finalizers") or []) or \
+        if FINALIZER not in (meta.get("finalizers") or []) or not self._synced or \
                 not self.leads(meta.get("namespace", "")):
             return
         path = workload_path(meta.get("namespace", ""), meta["name"])
@@ -372,8 +404,12 @@ class Controller:
             self._jobs_per_namespace[namespace] = count
         else:
             self._jobs_per_namespace.pop(namespace, None)
+        self._want()
+
+    def _want(self) -> None:
+        """Lead the namespaces with jobs, and those with a Workload to let go of."""
         if self.elector is not None:
-            self.elector.want(set(self._jobs_per_namespace))
+            self.elector.want(set(self._jobs_per_namespace) | {ns for ns, _ in self._orphans})
 
     def _leadership_changed(self, namespace: str, leading: bool) -> None:
         for key in self.view.job_store:
@@ -383,7 +419,9 @@ class Controller:
                 else:
                     self.poller.pause(key)  # the next pass resumes it, or drops it
                     self.launchers.forget(key)
-        if not leading:
+        if leading:
+            self._release_orphans_in(namespace)
+        else:
             metrics.forget_jobs_in(namespace)  # the new leader exports them
 
     def leads(self, namespace: str) -> bool:

@@ -106,6 +106,16 @@ def desired_workload(*, job: str, namespace: str, uid: str, owner: Manifest,
     }
 
 
+def orphaned(workload: Manifest, job: Manifest | None) -> bool:
+    """Whether a Workload holds our finalizer for a job that is gone, so no pass will ever
+    let it go: being deleted (the garbage collector deletes a gone job's Workloads; a live
+    job's is never deleted so, whatever a lagging job watch says) and no job of its name
+    listed (`job`: as the synced cache has it)."""
+    meta = workload.get("metadata") or {}
+    return FINALIZER in (meta.get("finalizers") or []) and \
+        bool(meta.get("deletionTimestamp")) and job is None
+
+
 def is_active(workload: Manifest) -> bool:
     return (workload.get("spec") or {}).get("active", True) is not False
 

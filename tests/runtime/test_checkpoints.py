@@ -177,3 +177,50 @@ def test_workers_that_found_different_checkpoints_exit_2_naming_the_steps(
         assert "2 of 2 workers' markers visible" in worker.log()
     assert latest_checkpoint_step(seen_by_0) == 20
     assert sorted(p.name for p in seen_by_1.iterdir()) == ["markers"]  # nothing trained
+
+
+def cut_short(directory: Path, step: int) -> None:
+    """What a node crash leaves of a save whose data never reached the volume: its files
+    listed, its data file empty."""
+    for data in directory.glob(f"ckpt-{step}.data-*"):
+        data.write_bytes(b"")
+
+
+def test_a_newest_checkpoint_cut_short_is_passed_over_for_the_one_before_and_said(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """Before, the unreadable newest checkpoint failed every restart the same way (and the
+    job with it). All workers pass over it together and resume from the one before."""
+    shared = tmp_path / "shared"
+    train_first_job(launcher, shared)  # ckpt-10 and ckpt-20 kept
+    cut_short(shared, 20)
+    group = launcher.start(2, generation=1, checkpoint_dir=shared,
+                           args=(*ARGS, "--epochs", "3"), env=identity("first", "uid-1"))
+    assert [w.wait(timeout=150) for w in group] == [0, 0], launcher.logs()
+    for worker in group:
+        log = worker.log()
+        assert f"cannot restore {shared}/ckpt-20 (" in log, log
+        assert "trying the next newest" in log
+        # What the run's restoredFrom (status.progress.resumedFrom) says, too.
+        assert f"restored {shared}/ckpt-10 (checkpoint; unreadable, passed over: ckpt-20)" \
+            in log, log
+        assert "resuming from step 10 (epoch 2, batch 0)" in log
+        assert "epoch 3/3 done: step 30" in log
+    assert latest_checkpoint_step(shared) == 30
+
+
+def test_no_readable_checkpoint_stops_the_group_with_exit_2_naming_them(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared"
+    train_first_job(launcher, shared)
+    cut_short(shared, 20)
+    cut_short(shared, 10)
+    group = launcher.start(2, generation=1, checkpoint_dir=shared,
+                           args=(*ARGS, "--epochs", "3"), env=identity("first", "uid-1"))
+    assert [w.wait(timeout=150) for w in group] == [2, 2], launcher.logs()
+    for worker in group:
+        log = worker.log()
+        assert f"no checkpoint in {shared} could be restored ({shared}/ckpt-20: " in log, log
+        assert f"; {shared}/ckpt-10: " in log
+        assert "epoch 1/3 done" not in log

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 from multiworker.runtime import survivors
+from multiworker.runtime.config import load_config
 from multiworker.runtime.files import write_json
 
 UID = "uid-1"
@@ -89,3 +90,43 @@ def test_a_step_counts_as_stuck_from_the_usual_step_not_the_start_up(
         witness.step_done(step)
     clock[0] += survivors.STUCK_SECONDS + 0.1
     assert witness.stuck()
+
+
+@pytest.mark.parametrize("lands_during_the_write", [False, True])
+def test_a_save_whose_weights_move_while_it_is_written_is_never_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lands_during_the_write: bool,
+) -> None:
+    """A save from the SIGTERM thread while the main thread waits in its all-reduce: if the
+    peer was slow rather than gone, the all-reduce completes and the update lands during the
+    write. The save, labelled with the step judged before it, would hold the next one or a
+    mix of both; it is dropped instead (no state.json: never restored)."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x, y = np.ones((4, 2), "float32"), np.zeros((4, 1), "float32")
+    model.train_on_batch(x, y)
+    witness = survivors.Witness(model)
+    witness.step_done(1)
+    real = survivors.checkpointed
+
+    def checkpointed(*args: object, **kwargs: object) -> object:
+        made = real(*args, **kwargs)  # type: ignore[arg-type]
+        write = made.write
+
+        def writing(path: str) -> str:
+            written = write(path)
+            if lands_during_the_write:
+                model.train_on_batch(x, y)  # the main thread's update, mid-save
+            return written
+        made.write = writing
+        return made
+
+    monkeypatch.setattr(survivors, "checkpointed", checkpointed)
+    config = load_config({"MWJ_JOB_UID": UID, "MWJ_CHECKPOINT_DIR": str(tmp_path)})
+    saved = survivors.save(model, config, witness)
+    if lands_during_the_write:
+        assert saved is None
+        assert survivors.newest(str(tmp_path), UID) is None
+        assert not list((tmp_path / survivors.SURVIVORS_DIR).iterdir())
+    else:
+        assert saved is not None and saved.step == 1
+        assert survivors.newest(str(tmp_path), UID) == saved

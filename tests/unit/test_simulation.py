@@ -1,7 +1,7 @@
 """A randomized, seeded simulation of one elastic, Kueue-queued job meeting the systems around
 it — the scheduler refusing and binding its pods (its clock off), Kueue admitting, admitting in
-part and evicting, trainers failing, finishing or being evicted, status writes failing halfway
-— with the reconcile pass run after each event and the invariants checked after every pass.
+part and evicting, trainers failing, finishing or being evicted, status writes failing halfway,
+the node's Lease going silent and renewed again, a new leader with nothing in memory — with the reconcile pass run after each event and the invariants checked after every pass.
 
 Tests check each decision alone; defects live in the sequences in which systems meet. This one
 found, on the code before it: quota given back while pods ran (a job ending), a pass asking to
@@ -21,6 +21,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from multiworker.api import names
+from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS
+from multiworker.decide.observe import Classified
 from multiworker.decide.queueing import FINALIZER, QUEUE_LABEL
 from multiworker.reconcile.context import Options
 from multiworker.reconcile.reconcile import reconcile
@@ -31,6 +33,7 @@ from tests.unit.fake_cluster import FakeCluster
 KUEUE = Options(kueue=True)
 SHRINK_AFTER = 30
 WORKERS = 3
+NODE = "node-1"  # the fake cluster's one node
 REFUSAL = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
 Manifest = dict[str, Any]
 
@@ -69,6 +72,10 @@ class AJobMeetsItsCluster(RuleBasedStateMachine):
         self.cluster = FakeCluster(body)
         self.cluster.objects["a100"] = {"metadata": {"name": "a100"}, "spec": {}}
         self.seen = Observer()
+        # What the leading operator keeps between passes (controller.py): its pods' states as
+        # classified, and when it last wrote the status. A new leader starts with neither.
+        self.classified = Classified()
+        self.last_write: datetime | None = None
         self.requeue: float | None = None
         self.changed = True
         self.events_before = 0
@@ -90,10 +97,13 @@ class AJobMeetsItsCluster(RuleBasedStateMachine):
         before, self.events_before = self.snapshot(), len(c.events)
         self.status_before = copy.deepcopy(c.status)
         try:
-            outcome = reconcile(c, NAMESPACE, "demo", c.now, options=KUEUE)
+            outcome = reconcile(c, NAMESPACE, "demo", c.now, options=KUEUE,
+                                classified=self.classified, last_write=self.last_write)
         except RuntimeError:  # a status write failed: the pass wrote nothing more
             self.requeue, self.changed = None, True
             return
+        if outcome.written is not None:
+            self.last_write = c.now
         self.requeue = outcome.requeue
         self.changed = self.snapshot() != before
         for name in c.workloads:
@@ -116,6 +126,11 @@ class AJobMeetsItsCluster(RuleBasedStateMachine):
             assert refused, "shrunk with no refusal seen"
             waited = (c.now - min(refused)).total_seconds()
             assert waited >= SHRINK_AFTER, f"shrunk after {waited:.0f}s of refusal"
+        # Every restart and disruption is explained by an Event in the pass that counted it.
+        for counter in ("restarts", "disruptions"):
+            if c.status.get(counter, 0) > before.get(counter, 0):
+                assert {"WorkerFailed", "WorkerDisrupted", "Evicted"} & set(new_events), (
+                    counter, new_events)
         # A disruption never spends a restart.
         if "WorkerDisrupted" in new_events and "WorkerFailed" not in new_events:
             assert c.status.get("restarts", 0) == before.get("restarts", 0)
@@ -201,8 +216,8 @@ class AJobMeetsItsCluster(RuleBasedStateMachine):
             if pod is None or pod.get("spec", {}).get("nodeName") or not _active(pod) \
                     or "deletionTimestamp" in pod["metadata"]:
                 continue
-            if verdict == "bind":
-                self.cluster.run(index)
+            if verdict == "bind" and NODE not in self.cluster.silent_nodes():
+                self.cluster.run(index)  # (a node silent to the control plane takes none)
             elif verdict in skews and not _refused(pod):
                 self.cluster.unschedulable(index, REFUSAL)
                 stamp = self.cluster.now + timedelta(seconds=skews[verdict])
@@ -225,6 +240,19 @@ class AJobMeetsItsCluster(RuleBasedStateMachine):
     @rule()
     def next_status_write_fails(self) -> None:
         self.cluster.fail_status_writes = 1
+
+    @rule(silent=st.booleans())
+    def node_heartbeat(self, silent: bool) -> None:
+        """The node's kubelet stops renewing its Lease (a partition, a frozen node), or
+        renews it again."""
+        self.cluster.silences[NODE] = 2 * STALE_HEARTBEAT_SECONDS if silent else 0.0
+        self.run_pass(0)
+
+    @rule()
+    def a_new_leader_takes_over(self) -> None:
+        """The leading operator dies; another instance leads with nothing in memory."""
+        self.classified, self.last_write = Classified(), None
+        self.run_pass(0)
 
 
 AJobMeetsItsCluster.TestCase.settings = settings(

@@ -90,7 +90,8 @@ class ProgressStatus(Model):
     unset until its chief reports."""
     resumed_from: str | None = Field(default=None, max_length=128)
     """Where that state came from: `checkpoint` (the periodic one), or `survivor worker-2,
-    generation 3` (saved by a worker that outlived a peer's death)."""
+    generation 3` (saved by a worker that outlived a peer's death); followed by `; unreadable,
+    passed over: ckpt-N` where newer saves could not be read."""
     updated_at: Time | None = None
     """When the chief finished its latest step."""
 

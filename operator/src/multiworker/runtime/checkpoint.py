@@ -6,9 +6,10 @@ collectives), but only the chief (worker 0) writes to the real path; the others 
 local temp dir that is deleted right away (the `_is_chief` / write_filepath pattern of TF's
 multi-worker Keras tutorial). All workers restore from the chief's MWJ_CHECKPOINT_DIR, so it
 must be storage every worker can read; `fit` checks that they all see it and found the same
-step. The chief records the job's identity beside its checkpoints (ownership.py), so that no
-job restores another's state by accident, and no save starts once a newer generation of the
-job claimed the directory (fence.py).
+step; a newest checkpoint that cannot be read (cut short by a crash) is passed over by all of
+them together. The chief records the job's identity beside its checkpoints (ownership.py), so
+that no job restores another's state by accident, and no save starts once a newer generation
+of the job claimed the directory (fence.py).
 """
 
 from __future__ import annotations
@@ -23,14 +24,17 @@ import tensorflow as tf
 
 from multiworker.runtime import fence, survivors
 from multiworker.runtime.agreement import stop_if_superseded
-from multiworker.runtime.config import RuntimeConfig
+from multiworker.runtime.collective import sum_over_workers
+from multiworker.runtime.config import MWJ_CHECKPOINT_DIR, RuntimeConfig
 from multiworker.runtime.context import WorkerContext
+from multiworker.runtime.errors import ConfigError
 from multiworker.runtime.ownership import JobIdentity, restore_source, write_identity
 from multiworker.runtime.samples import SampleCount, checkpointed
 
 log = logging.getLogger(__name__)
 
 KEEP_CHECKPOINTS = 2  # the previous one survives a crash in the middle of writing the latest
+ORIGIN_LENGTH = 128  # of the report's restoredFrom, as the operator reads it (status.resumedFrom)
 
 
 class CheckpointStore:
@@ -51,49 +55,91 @@ class CheckpointStore:
         self._identity_written = False
         self._fence = fence.own_fence(config)
         self._survivor: survivors.SurvivorSave | None = None
+        self._passed_over: list[str] = []  # newer candidates that could not be read
         self.last_saved_step = 0
 
-    def find(self) -> tuple[str | None, int]:
-        """The checkpoint restore() would load — this job's latest, or on a deliberate resume
-        the other run's (ownership.restore_source), or a survivor's save of a higher step
-        (survivors.py) — and its step, without touching the model; (None, 0) when there is
-        none."""
+    def candidates(self) -> list[tuple[str | None, int]]:
+        """What restore_readable() may load, newest first, with their steps: a survivor's save
+        of a higher step (survivors.py), this job's latest checkpoint — or on a deliberate
+        resume the other run's (ownership.restore_source) — then the older ones kept beside
+        it. [(None, 0)] when there is none. Reads files only, never the model."""
         source = restore_source(self._config, tf.train.latest_checkpoint)
         step = step_in_name(source)
+        found: list[tuple[str | None, int]] = []
+        if source is not None:
+            found = [(source, step), *((p, step_in_name(p)) for p in _older(source))]
         survivor = survivors.newest(self._directory, self._config.job_uid)
         if survivor is not None and survivor.step > step:
             self._survivor = survivor
-            return survivor.path, survivor.step
-        return source, step
+            found.insert(0, (survivor.path, survivor.step))
+        return found or [(None, 0)]
 
     def origin(self, source: str | None) -> str:
-        """Where `source` (from find()) came from, in words: a survivor, or a checkpoint."""
+        """Where `source` came from, in words: a survivor, or a checkpoint (and the newer ones
+        passed over as unreadable)."""
         if self._survivor is not None and source == self._survivor.path:
-            return self._survivor.describe()
-        return "checkpoint" if source is not None else "none"
+            said = self._survivor.describe()
+        else:
+            said = "checkpoint" if source is not None else "none"
+        if self._passed_over:
+            said += f"; unreadable, passed over: {', '.join(self._passed_over)}"
+        return said if len(said) <= ORIGIN_LENGTH else said[:ORIGIN_LENGTH - 3] + "..."
 
-    def restore(self, source: str | None) -> int:
-        """Loads `source` (from find()); returns the restored step (0 if none). Builds the
-        optimizer's slots under the strategy first, which runs collectives: call it only once
-        every worker agreed on the step (agreement.check_same_directory_and_step)."""
-        if source is None:
-            return 0
-        with self._model.distribute_strategy.scope():
+    def restore_readable(self, candidates: list[tuple[str | None, int]]) -> tuple[int, str | None]:
+        """Loads the newest of `candidates` (from candidates()) that every worker can read;
+        returns its step (0 if none) and path. Call it only once every worker agreed on the
+        newest one's step (agreement.check_same_directory_and_step): building the optimizer's
+        slots under the strategy runs collectives.
+
+        A save cut short by a crash (its files not yet on the volume when a node died) would
+        fail every restart the same way, so it is passed over, and said so — by all workers
+        together, one all-reduce a candidate: they read the same files, but a replica restored
+        from another step than its peers would train on silently diverging weights. Raises
+        ConfigError (exit 2) when no candidate is readable: a restart cannot help."""
+        if candidates[0][0] is None:
+            return 0, None
+        strategy = self._model.distribute_strategy
+        with strategy.scope():
             # Slot variables must exist before restoring into them (Keras builds them lazily).
             self._model.optimizer.build(self._model.trainable_variables)
-        if self._survivor is not None and source == self._survivor.path:
-            # Written without the manager's save counter (survivors.save); its optimizer may
-            # have counted the step that failed: the save names the step its weights reflect.
-            checkpointed(self._model, self._samples, source) \
-                .read(source).assert_existing_objects_matched()  # write()'s counterpart
-            self._model.optimizer.iterations.assign(self._survivor.step)
-        else:
-            # One saved without a sample count restores all but it (samples.SampleCount.begin).
-            checkpointed(self._model, self._samples, source) \
-                .restore(source).assert_existing_objects_matched()
-        self.last_saved_step = step_of(self._model)
-        log.info("restored %s (%s)", source, self.origin(source))
-        return self.last_saved_step
+        errors = []
+        for source, _ in candidates:
+            assert source is not None
+            error = self._read(source)
+            unreadable = sum_over_workers(strategy, [int(error is not None)])[0]
+            if not unreadable:
+                self.last_saved_step = step_of(self._model)
+                log.info("restored %s (%s)", source, self.origin(source))
+                return self.last_saved_step, source
+            why = error or f"unreadable on {unreadable} other worker(s)"
+            log.warning("cannot restore %s (%s): trying the next newest", source, why)
+            errors.append(f"{source}: {why}")
+            self._passed_over.append(os.path.basename(source))
+        raise ConfigError([
+            f"{MWJ_CHECKPOINT_DIR}: no checkpoint in {self._directory} could be restored ("
+            + "; ".join(errors) + "); a model changed since they were written cannot load "
+            "them: move them aside to start from step 0, or restore the model they hold"])
+
+    def _read(self, source: str) -> str | None:
+        """Restores `source` into the model; None, or why it could not."""
+        try:
+            if self._survivor is not None and source == self._survivor.path:
+                # Written without the manager's save counter (survivors.save); its optimizer
+                # may have counted the step that failed: the save names the step its weights
+                # reflect.
+                checkpointed(self._model, self._samples, source) \
+                    .read(source).assert_existing_objects_matched()  # write()'s counterpart
+                self._model.optimizer.iterations.assign(self._survivor.step)
+            else:
+                # One saved without a sample count restores all but it
+                # (samples.SampleCount.begin).
+                checkpointed(self._model, self._samples, source) \
+                    .restore(source).assert_existing_objects_matched()
+        except Exception as e:  # noqa: BLE001 - torn files fail in many ways (IndexError:
+            # "Read less bytes than requested", DataLossError, a proto that does not parse,
+            # the assertion of a model that does not match): each means this one is unreadable
+            return f"{type(e).__name__}: {_first_line(str(e))}"
+        return None
 
     def save(self) -> int:
         """Saves on every worker (call it on all of them at the same step); returns the step.
@@ -122,6 +168,22 @@ def step_in_name(path: str | None) -> int:
         return 0
     _, _, number = os.path.basename(path).rpartition("-")
     return int(number) if number.isdigit() else 0
+
+
+def _older(source: str) -> list[str]:
+    """The checkpoints kept beside `source` (KEEP_CHECKPOINTS) with lower steps, newest
+    first."""
+    directory = os.path.dirname(source)
+    state = tf.train.get_checkpoint_state(directory)
+    kept = [os.path.join(directory, os.path.basename(p))
+            for p in (state.all_model_checkpoint_paths if state is not None else [])]
+    return sorted((p for p in kept if step_in_name(p) < step_in_name(source)),
+                  key=step_in_name, reverse=True)
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:300]
 
 
 def step_of(model: keras.Model) -> int:

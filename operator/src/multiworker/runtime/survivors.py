@@ -155,12 +155,21 @@ class Witness:
     def reflected_step(self) -> int | None:
         """The step the weights reflect now, after a failed step (None: no step completed in
         this generation, so nothing newer than what it restored)."""
+        return self.reflected()[0]
+
+    def reflected(self) -> tuple[int | None, Any]:
+        """reflected_step(), and the weights' fingerprint it was judged by (None: none)."""
         if self.step is None:
-            return None
+            return None, None
         if not self._fingerprint or self._seen is None:
-            return self.step
-        moved = bool(self._fingerprint().numpy() != self._seen.numpy())
-        return self.step + 1 if moved else self.step
+            return self.step, None
+        now = self._fingerprint().numpy()
+        return (self.step + 1 if bool(now != self._seen.numpy()) else self.step), now
+
+    def unchanged_since(self, fingerprint: Any) -> bool:
+        """Whether the weights still have `fingerprint` (from reflected()); None: cannot tell,
+        so yes."""
+        return fingerprint is None or bool(self._fingerprint().numpy() == fingerprint)
 
 
 def save(model: keras.Model, config: RuntimeConfig, witness: Witness,
@@ -179,7 +188,7 @@ def save(model: keras.Model, config: RuntimeConfig, witness: Witness,
 
 def _write(model: keras.Model, config: RuntimeConfig, witness: Witness, directory: str,
            samples: SampleCount | None) -> SurvivorSave | None:
-    step = witness.reflected_step()
+    step, fingerprint = witness.reflected()
     if step is None:
         return None
     newer = fence.check(directory, fence.own_fence(config), reclaim=False)
@@ -195,6 +204,15 @@ def _write(model: keras.Model, config: RuntimeConfig, witness: Witness, director
     if samples is not None:
         samples.mark(step)
     checkpointed(model, samples).write(os.path.join(where, "ckpt"))
+    if not witness.unchanged_since(fingerprint):
+        # Saved from a signal's thread while the main thread waited in its collective: the
+        # peer was slow, not gone, the all-reduce completed and the update landed during the
+        # write. Labelled `step`, the save may hold the next step or a mix of the two: never
+        # restored (no state.json).
+        shutil.rmtree(where, ignore_errors=True)
+        log.warning("not keeping this survivor's save of step %d: its weights moved while it "
+                    "was written (the group's collective completed after all)", step)
+        return None
     seconds = round(time.monotonic() - started, 3)
     state: dict[str, Any] = {"step": step, "generation": config.restart_count,
                              "worker": config.worker_index, "jobUid": config.job_uid,

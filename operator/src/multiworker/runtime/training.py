@@ -160,10 +160,10 @@ def _fit(
     # none; run before the check, the two could meet in different collectives (the abort
     # "expected type 1 and data_type 1 but got type 0 and data_type 9" seen on kind) instead of
     # the check naming the unshared volume.
-    source, found = store.find() if store else (None, 0)
-    check_same_directory_and_step(strategy, config, found, view)
+    candidates: list[tuple[str | None, int]] = store.candidates() if store else [(None, 0)]
+    check_same_directory_and_step(strategy, config, candidates[0][1], view)
     context.watchdog.beat()
-    restored = store.restore(source) if store else 0
+    restored, source = store.restore_readable(candidates) if store else (0, None)
     context.watchdog.beat()
     segments = plan_segments(restored, steps_per_epoch, epochs)
     if restored:

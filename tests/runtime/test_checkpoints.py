@@ -186,16 +186,23 @@ def cut_short(directory: Path, step: int) -> None:
         data.write_bytes(b"")
 
 
+def train_on_after_cutting_short(launcher: Launcher, shared: Path, *steps: int) -> list[Worker]:
+    """Job `first` trains 2 epochs (ckpt-10 and ckpt-20 kept), the checkpoints of `steps`
+    are cut short, and its next generation starts for a third epoch."""
+    train_first_job(launcher, shared)
+    for step in steps:
+        cut_short(shared, step)
+    return launcher.start(2, generation=1, checkpoint_dir=shared, args=(*ARGS, "--epochs", "3"),
+                          env=identity("first", "uid-1"))
+
+
 def test_a_newest_checkpoint_cut_short_is_passed_over_for_the_one_before_and_said(
     launcher: Launcher, tmp_path: Path
 ) -> None:
     """Before, the unreadable newest checkpoint failed every restart the same way (and the
     job with it). All workers pass over it together and resume from the one before."""
     shared = tmp_path / "shared"
-    train_first_job(launcher, shared)  # ckpt-10 and ckpt-20 kept
-    cut_short(shared, 20)
-    group = launcher.start(2, generation=1, checkpoint_dir=shared,
-                           args=(*ARGS, "--epochs", "3"), env=identity("first", "uid-1"))
+    group = train_on_after_cutting_short(launcher, shared, 20)
     assert [w.wait(timeout=150) for w in group] == [0, 0], launcher.logs()
     for worker in group:
         log = worker.log()
@@ -213,11 +220,7 @@ def test_no_readable_checkpoint_stops_the_group_with_exit_2_naming_them(
     launcher: Launcher, tmp_path: Path
 ) -> None:
     shared = tmp_path / "shared"
-    train_first_job(launcher, shared)
-    cut_short(shared, 20)
-    cut_short(shared, 10)
-    group = launcher.start(2, generation=1, checkpoint_dir=shared,
-                           args=(*ARGS, "--epochs", "3"), env=identity("first", "uid-1"))
+    group = train_on_after_cutting_short(launcher, shared, 20, 10)
     assert [w.wait(timeout=150) for w in group] == [2, 2], launcher.logs()
     for worker in group:
         log = worker.log()

@@ -59,19 +59,27 @@ def test_a_periodic_checkpoint_prunes_the_saves_it_covers(tmp_path: Path) -> Non
     assert sorted(os.listdir(tmp_path / "survivors")) == ["g1-w2-s101"]
 
 
+X, Y = np.ones((4, 2), "float32"), np.zeros((4, 1), "float32")
+
+
+def trained_one_step() -> tuple[keras.Model, survivors.Witness]:
+    """A model after one step, and its witness of that step."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.train_on_batch(X, Y)
+    witness = survivors.Witness(model)
+    witness.step_done(1)
+    return model, witness
+
+
 @pytest.mark.parametrize("updated", [False, True])
 def test_the_witness_tells_whether_the_failed_step_moved_the_weights(updated: bool) -> None:
     """Keras may count a step whose gradients never arrived (weights at N, iterations N+1),
     and a collective after the update may fail once the weights moved (N+1)."""
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
-    x, y = np.ones((4, 2), "float32"), np.zeros((4, 1), "float32")
-    model.train_on_batch(x, y)
-    witness = survivors.Witness(model)
-    witness.step_done(1)
+    model, witness = trained_one_step()
     model.optimizer.iterations.assign_add(1)  # counted either way
     if updated:
-        model.train_on_batch(x, y)
+        model.train_on_batch(X, Y)
     assert witness.reflected_step() == (2 if updated else 1)
 
 
@@ -100,12 +108,7 @@ def test_a_save_whose_weights_move_while_it_is_written_is_never_kept(
     peer was slow rather than gone, the all-reduce completes and the update lands during the
     write. The save, labelled with the step judged before it, would hold the next one or a
     mix of both; it is dropped instead (no state.json: never restored)."""
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
-    x, y = np.ones((4, 2), "float32"), np.zeros((4, 1), "float32")
-    model.train_on_batch(x, y)
-    witness = survivors.Witness(model)
-    witness.step_done(1)
+    model, witness = trained_one_step()
     real = survivors.checkpointed
 
     def checkpointed(*args: object, **kwargs: object) -> object:
@@ -115,7 +118,7 @@ def test_a_save_whose_weights_move_while_it_is_written_is_never_kept(
         def writing(path: str) -> str:
             written = write(path)
             if lands_during_the_write:
-                model.train_on_batch(x, y)  # the main thread's update, mid-save
+                model.train_on_batch(X, Y)  # the main thread's update, mid-save
             return written
         made.write = writing
         return made

@@ -275,9 +275,7 @@ def _ensure_service(p: Pass, owner: Manifest) -> bool:
         if p.cluster.create_service(service) is Created.CREATED:
             return True
     except Refused as e:
-        finish(p, Phase.FAILED, Action(ActionKind.FAIL_JOB, Reason.POD_REFUSED,
-                                       f"the API server refused the job's Service: {e.message}"))
-        return False
+        return _object_refused(p, "Service", e)
     name = service["metadata"]["name"]
     found = ownership(p.cluster.get_service(p.job.namespace, name), p.job.uid, generation=None)
     if found is Owned.OURS:
@@ -293,12 +291,15 @@ def _ensure_cluster_config(p: Pass, owner: Manifest) -> bool:
     try:
         p.cluster.create_object(names.config_map_path(p.job.namespace), config)
     except Refused as e:
-        finish(p, Phase.FAILED, Action(
-            ActionKind.FAIL_JOB, Reason.POD_REFUSED,
-            f"the API server refused the job's ConfigMap {config['metadata']['name']}: "
-            f"{e.message}"))
-        return False
+        return _object_refused(p, f"ConfigMap {config['metadata']['name']}", e)
     return True
+
+
+def _object_refused(p: Pass, what: str, e: Refused) -> bool:
+    """The API server refused an object the pods need: the job fails, naming it."""
+    finish(p, Phase.FAILED, Action(ActionKind.FAIL_JOB, Reason.POD_REFUSED,
+                                   f"the API server refused the job's {what}: {e.message}"))
+    return False
 
 
 def _ensure_agent_key(p: Pass, owner: Manifest) -> bool:
@@ -312,11 +313,7 @@ def _ensure_agent_key(p: Pass, owner: Manifest) -> bool:
                 is Created.CREATED:
             return True
     except Refused as e:
-        finish(p, Phase.FAILED, Action(
-            ActionKind.FAIL_JOB, Reason.POD_REFUSED,
-            f"the API server refused the job's Secret {name} (the in-place agents' key): "
-            f"{e.message}"))
-        return False
+        return _object_refused(p, f"Secret {name} (the in-place agents' key)", e)
     found, _ = agent_key_found(p)
     if found is Owned.OURS:
         return True

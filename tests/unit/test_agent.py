@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from multiworker.clients import agents
 from multiworker.clients.agents import AgentNote, note_body, note_url
+from multiworker.pod import agent as agent_module
 from multiworker.reconcile.render import agent_script
-from multiworker.runtime import agent as agent_module
 
 from tests.support import free_port, wait_for
 

@@ -22,8 +22,8 @@ from multiworker.decide.inplace import (
 )
 from multiworker.decide.nodes import NodeTrouble
 from multiworker.decide.observe import WorkerPhase, WorkerState, classify
+from multiworker.pod import agent as agent_module
 from multiworker.reconcile.render import owner_reference, pod_digest, render_worker_pod
-from multiworker.runtime import agent as agent_module
 
 from tests.unit.builders import JOB_UID, make_job, make_spec
 from tests.unit.fake_cluster import FakeCluster

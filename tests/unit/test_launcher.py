@@ -12,12 +12,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
-from multiworker.reconcile.render import agent_script
+from multiworker.reconcile.render import shipped_items, shipped_scripts
 
 from tests.support import wait_for
 
@@ -101,12 +100,10 @@ class Pod:
         self.proc: subprocess.Popen[bytes] | None = None
         for folder in ("pod", "state", "agent", "lib", "job", "cgroup"):
             (root / folder).mkdir()
-        (root / "agent" / "agent.py").write_text(agent_script())
-        (root / "agent" / "warm").mkdir()
-        for name, shipped in (("launcher.py", "launcher.py"),
-                              ("warm/sitecustomize.py", "warm_hook.py")):
-            (root / "agent" / name).write_text(
-                (resources.files("multiworker") / "runtime" / shipped).read_text())
+        for item in shipped_items():  # as the job's ConfigMap volume lays them out
+            path = root / "agent" / item["path"]
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(shipped_scripts()[item["key"]])
         (root / "lib" / "warmup.py").write_text(WARMUP)
         (root / "lib" / "broken.py").write_text('raise RuntimeError("broken on purpose")\n')
         (self.job / "train.py").write_text(TRAINER)

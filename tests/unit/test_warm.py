@@ -30,13 +30,13 @@ from multiworker.clients.launchers import (
 )
 from multiworker.decide.observe import WorkerPhase, classify
 from multiworker.decide.warm import WarmCommand, warm_command
+from multiworker.pod import children
 from multiworker.reconcile.render import (
     owner_reference,
     pod_digest,
     render_worker_pod,
     shipped_scripts,
 )
-from multiworker.runtime import launcher
 
 from tests.support import free_port
 from tests.unit.builders import make_job
@@ -113,7 +113,9 @@ def test_an_in_place_pod_runs_its_trainer_in_the_launcher_keeping_the_entrypoint
                       names.AGENT_SCRIPT_VOLUME: True}
     items = next(v for v in pod["spec"]["volumes"]
                  if v["name"] == names.AGENT_SCRIPT_VOLUME)["configMap"]["items"]
-    assert {i["path"] for i in items} == {"agent.py", "launcher.py", "warm/sitecustomize.py"}
+    # Every file of multiworker/pod/ beside the agent, the hook as the spares' sitecustomize.
+    assert {i["path"] for i in items} == {"agent.py", "launcher.py", "children.py",
+                                          "warm/sitecustomize.py"}
     assert pod["metadata"]["annotations"][names.ANNOTATION_WARM_AGENT_PORT] == "8472"
 
 
@@ -154,7 +156,7 @@ def test_the_launcher_runs_exactly_the_line_the_kubelet_would_have(
     cold = [kubelet_expand(word, environ) for word in args]  # what the kubelet would run
     for name, word in environ.items():
         monkeypatch.setenv(name, word)
-    assert launcher.rendered_command().line == cold
+    assert children.rendered_command().line == cold
     assert cold[3] == kubelet_expand(value, {})
 
 

@@ -45,11 +45,12 @@ AGENT_SCRIPT_VOLUME = "mwj-agent-script"
 AGENT_SCRIPT_KEY = "agent.py"
 AGENT_KEY_VOLUME = "mwj-agent-key"
 AGENT_KEY_FILE = "key"  # the Secret's one key, and its file in the agent's mount
-# The warm launcher (runtime/launcher.py) and the hook its spare interpreters start with, shipped
-# beside the agent; and its last report that the operator acts on (JSON: generation, state,
-# exit), copied onto the pod from the agent's GET /trainer.
+# The warm launcher (pod/launcher.py) and the hook its spare interpreters start with, shipped
+# beside the agent (the ConfigMap's keys are the pod folder's file names); and its last report
+# that the operator acts on (JSON: generation, state, exit), copied onto the pod from the
+# agent's GET /trainer.
 LAUNCHER_SCRIPT_KEY = "launcher.py"
-WARM_HOOK_KEY = "sitecustomize.py"
+WARM_HOOK_KEY = "warm_hook.py"
 ANNOTATION_LAUNCHER = f"{GROUP}/launcher"
 # On a pod whose trainer runs in the warm launcher: the port of the agent that reports it.
 ANNOTATION_WARM_AGENT_PORT = f"{GROUP}/warm-agent-port"

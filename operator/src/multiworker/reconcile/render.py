@@ -38,23 +38,30 @@ _AGENT_KEY_PATH = "/etc/multiworker-key"
 _WARM_HOOK_DIR = "warm"  # under _AGENT_SCRIPT_PATH: on the spare interpreters' PYTHONPATH
 
 
-def _runtime_file(name: str) -> str:
-    return (resources.files("multiworker") / "runtime" / name).read_text()
-
-
-@cache
-def agent_script() -> str:
-    """runtime/agent.py, shipped in the job's ConfigMap: it runs in the trainer's image."""
-    return _runtime_file("agent.py")
+# A shipped file's path in the mount, where it is not its name: the warm hook is the spares'
+# sitecustomize, alone in a folder on their PYTHONPATH.
+_SHIPPED_AS = {"warm_hook.py": f"{_WARM_HOOK_DIR}/sitecustomize.py"}
 
 
 @cache
 def shipped_scripts() -> dict[str, str]:
-    """What the job's ConfigMap ships to run in the trainer's image: the in-place agent, the
-    warm launcher, and the hook its spare interpreters start with (a sitecustomize)."""
-    return {names.AGENT_SCRIPT_KEY: agent_script(),
-            names.LAUNCHER_SCRIPT_KEY: _runtime_file("launcher.py"),
-            names.WARM_HOOK_KEY: _runtime_file("warm_hook.py")}
+    """What the job's ConfigMap ships to run in the trainer's image: every file of
+    multiworker/pod/ (the in-place agent, the warm launcher, the hook its spare interpreters
+    start with), by file name."""
+    folder = resources.files("multiworker") / "pod"
+    return {f.name: f.read_text() for f in sorted(folder.iterdir(), key=lambda f: f.name)
+            if f.name.endswith(".py") and f.name != "__init__.py"}
+
+
+def agent_script() -> str:
+    """pod/agent.py, as shipped."""
+    return shipped_scripts()[names.AGENT_SCRIPT_KEY]
+
+
+def shipped_items() -> list[Manifest]:
+    """The ConfigMap volume's items: each shipped file beside the agent (the warm hook in its
+    own folder)."""
+    return [{"key": name, "path": _SHIPPED_AS.get(name, name)} for name in shipped_scripts()]
 
 
 def cluster_config_name(job: Job) -> str:
@@ -338,11 +345,7 @@ def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> bool:
         {"path": "released",
          "fieldRef": {"fieldPath": f"metadata.annotations['{names.ANNOTATION_RELEASED}']"}}]}}
     script_volume = {"name": names.AGENT_SCRIPT_VOLUME, "configMap": {
-        "name": cluster_config_name(job),
-        "items": [{"key": names.AGENT_SCRIPT_KEY, "path": names.AGENT_SCRIPT_KEY},
-                  {"key": names.LAUNCHER_SCRIPT_KEY, "path": names.LAUNCHER_SCRIPT_KEY},
-                  {"key": names.WARM_HOOK_KEY,
-                   "path": f"{_WARM_HOOK_DIR}/{names.WARM_HOOK_KEY}"}]}}
+        "name": cluster_config_name(job), "items": shipped_items()}}
     state = {"name": names.AGENT_STATE_VOLUME, "emptyDir": {"medium": "Memory",
                                                             "sizeLimit": "1Mi"}}
     # Optional: a pod whose key is missing still starts; its agent then refuses every note,

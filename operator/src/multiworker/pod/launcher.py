@@ -39,14 +39,42 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the same file, as the package has it
+    from multiworker.pod.children import (
+        Child,
+        Command,
+        become_subreaper,
+        emit,
+        exit_code,
+        rendered_command,
+        resident_bytes,
+        say,
+        send,
+        start_child,
+        utc_now,
+    )
+else:  # beside this file, first on sys.path as the pods run it (python3 launcher.py); a
+    # spare never sees this folder (it runs the user's own command line)
+    from children import (
+        Child,
+        Command,
+        become_subreaper,
+        emit,
+        exit_code,
+        rendered_command,
+        resident_bytes,
+        say,
+        send,
+        start_child,
+        utc_now,
+    )
 
 
 def _number(name: str, default: float) -> float:
@@ -59,174 +87,11 @@ SPARE_WAIT = _number("MWJ_LAUNCHER_SPARE_WAIT", 30)
 TERMINATION_LOG = os.environ.get("MWJ_LAUNCHER_TERMINATION_LOG", "/dev/termination-log")
 CGROUP = os.environ.get("MWJ_LAUNCHER_CGROUP", "/sys/fs/cgroup")
 REPORT = "launcher.json"  # in the agent's STATE
-# The user's own command line, as the operator renders it (api/contract.py's names).
-ARGC_ENV = "MWJ_LAUNCHER_ARGC"  # how many words; the words in ARG_ENV0, ARG_ENV1, ...
-ARG_ENV = "MWJ_LAUNCHER_ARG_"
-PRELOAD_ENV = "MWJ_LAUNCHER_PRELOAD"  # comma-separated
-HOOK_ENV = "MWJ_LAUNCHER_HOOK"  # the folder of the spares' sitecustomize (warm_hook.py)
-WARM_FDS = "MWJ_WARM_FDS"  # warm_hook.py's: "<status fd>,<command fd>"
-DEFAULT_PRELOAD = "tensorflow"
 POLL_SECONDS = 0.05  # agent.POLL_SECONDS
 BEAT_SECONDS = 0.5
 SPARE_FAILURES = 2  # in a row: spares off, later generations start cold
 MEMORY_MARGIN = 1.5  # free memory needed, in sizes of the last spare
-TAIL_BYTES = 4096  # of a trainer's output, for its exit record
-HELD_BYTES = 1 << 16  # of a spare's output before its go, shown after its header
-MESSAGE_LINES, MESSAGE_BYTES = 20, 2048
 DRAIN_SECONDS = 1.0  # for a trainer's last output after it exits
-PREFIX = "multiworker launcher: "
-
-
-# --- the launcher's children ----------------------------------------------------------------
-
-_stdout = threading.Lock()
-
-
-def emit(data: bytes) -> None:
-    """Write to our stdout whole (the trainers' bytes and our lines never interleave)."""
-    with _stdout:
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(1, view):]
-        except OSError:
-            pass  # no one reads our stdout: nothing to tell
-
-
-def say(text: str) -> None:
-    emit(f"{PREFIX}{text}\n".encode())
-
-
-def utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-class Output:
-    """A child's stdout and stderr (one pipe), copied to ours byte for byte once it is live;
-    a spare's is held until its go (after its header), and the last TAIL_BYTES are kept."""
-
-    def __init__(self, fd: int, live: bool) -> None:
-        self.live, self.held, self.tail = live, bytearray(), bytearray()
-        self._fd, self._lock = fd, threading.Lock()
-        self._thread = threading.Thread(target=self._copy, daemon=True)
-        self._thread.start()
-
-    def _copy(self) -> None:
-        while data := os.read(self._fd, 65536):
-            with self._lock:
-                self.tail += data
-                del self.tail[:-TAIL_BYTES]
-                if self.live:
-                    emit(data)
-                else:
-                    self.held += data
-                    del self.held[:-HELD_BYTES]
-        os.close(self._fd)
-
-    def go_live(self) -> None:
-        with self._lock:
-            emit(bytes(self.held))
-            self.held.clear()
-            self.live = True
-
-    def drain(self, timeout: float) -> None:
-        """Wait for the pipe's end (every writer gone), for at most `timeout` s."""
-        self._thread.join(timeout)
-
-    def last_lines(self) -> str:
-        with self._lock:
-            lines = self.tail.decode(errors="replace").splitlines()[-MESSAGE_LINES:]
-        return "\n".join(lines).encode()[-MESSAGE_BYTES:].decode(errors="ignore")
-
-
-@dataclass
-class Child:
-    """A process we started, in a session of its own: a spare (with its status and command
-    pipes) or a trainer started cold."""
-
-    popen: subprocess.Popen[bytes]
-    output: Output
-    status_fd: int | None = None
-    command_fd: int | None = None
-    ready_at: float | None = None  # monotonic
-    status: int | None = None  # waitpid's, once reaped
-    trained_from: str = ""  # when it became the trainer (UTC): the kubelet's startedAt
-    said: str = ""  # on its status pipe, other than "ready": why it failed (warm_hook.py)
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def importing(self) -> bool:
-        return self.status_fd is not None and self.ready_at is None
-
-    def signal_group(self, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
-            os.killpg(self.pid, signum)
-
-    def exited(self, status: int) -> None:
-        self.status = status
-        self.popen.returncode = os.waitstatus_to_exitcode(status)  # Popen never waits now
-
-    def close_pipes(self) -> None:
-        for fd in (self.status_fd, self.command_fd):
-            if fd is not None:
-                os.close(fd)
-        self.status_fd = self.command_fd = None
-
-    def describe_failure(self) -> str:
-        """Why a spare ended: its exit, and the last line it wrote."""
-        code, signum = exit_code(self.status or 0)
-        what = f"killed by signal {signum}" if signum else f"exit {code}"
-        lines = [line for line in self.output.last_lines().splitlines() if line.strip()]
-        last = self.said or (lines[-1].strip() if lines else "")
-        return f"{what}: {last[:300]}" if last else what
-
-
-def exit_code(status: int) -> tuple[int, int | None]:
-    """The exit code as the kubelet reports it (128+N for signal N), and the signal."""
-    if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status), os.WTERMSIG(status)
-    return os.waitstatus_to_exitcode(status), None
-
-
-def start_child(argv: list[str], env: dict[str, str], live: bool,
-                keep: tuple[int, ...] = ()) -> Child:
-    """Start `argv` in a session of its own (its process group is the trainer's tree), with
-    stdout and stderr on one pipe to us, and the fds `keep` open."""
-    read_fd, write_fd = os.pipe()
-    try:
-        popen = subprocess.Popen(argv, env=env, stdout=write_fd, stderr=write_fd,
-                                 pass_fds=keep, start_new_session=True)
-    except BaseException:
-        os.close(read_fd)
-        raise
-    finally:
-        os.close(write_fd)
-    return Child(popen, Output(read_fd, live))
-
-
-def become_subreaper() -> None:
-    """Orphans of the trainer's tree come to us to be reaped, as to PID 1 in its container,
-    also where we are not PID 1 (a shared process namespace, a test)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (ImportError, OSError, AttributeError):
-        pass  # not Linux, or no ctypes in the image: PID 1 reaps them all the same
-
-
-def resident_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 def termination_log() -> str:
@@ -243,36 +108,6 @@ def clear_termination_log() -> None:
 
 
 # --- the launcher ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Command:
-    """The user's command line, started cold as it is, or as a spare: with the warm hook
-    first on its PYTHONPATH."""
-
-    line: list[str]
-    preloads: list[str]
-    hook: str
-
-    def spare(self, status_fd: int, command_fd: int) -> tuple[list[str], dict[str, str]]:
-        """A spare's command line and environment, given the ends of its pipes."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        path = os.pathsep.join(filter(None, [self.hook, env.get("PYTHONPATH")]))
-        return self.line, {**env, "PYTHONPATH": path, WARM_FDS: f"{status_fd},{command_fd}",
-                           PRELOAD_ENV: ",".join(self.preloads)}
-
-
-def rendered_command() -> Command:
-    """The command as the operator renders it (render.py's _wrap_in_launcher)."""
-    count = os.environ.get(ARGC_ENV, "")
-    names = [f"{ARG_ENV}{i}" for i in range(int(count))] if count.isdigit() else []
-    missing = [name for name in names if name not in os.environ]
-    if not names or missing:
-        raise SystemExit(f"no command line: {ARGC_ENV}={count!r}, unset: {missing}")
-    line = [os.environ[name] for name in names]
-    hook = os.environ.get(HOOK_ENV) or os.path.join(os.path.dirname(__file__), "warm")
-    preloads = os.environ.get(PRELOAD_ENV, DEFAULT_PRELOAD)
-    return Command(line, [m for m in preloads.split(",") if m], hook)
-
 
 class Launcher:
     """Runs the pod's trainers, one generation after another, warm where a spare is ready."""
@@ -482,7 +317,7 @@ class Launcher:
         fd, spare.command_fd = spare.command_fd, None
         assert fd is not None
         spare.output.go_live()
-        threading.Thread(target=_send, args=(fd, json.dumps(go).encode() + b"\n"),
+        threading.Thread(target=send, args=(fd, json.dumps(go).encode() + b"\n"),
                          daemon=True).start()
         return spare
 
@@ -627,14 +462,6 @@ class Launcher:
                        **news}, f)
         os.replace(tmp, path)
         self.beat_at = now
-
-
-def _send(fd: int, message: bytes) -> None:
-    try:
-        with os.fdopen(fd, "wb") as pipe:
-            pipe.write(message)
-    except OSError:
-        pass  # the spare died: its end tells
 
 
 def main() -> int:

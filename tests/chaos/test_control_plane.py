@@ -162,7 +162,7 @@ def test_an_api_server_down_25s_restarts_no_job(
     control: ControlPlane, jobs: Jobs, operator: OperatorProcess, figures: Figures,
 ) -> None:
     """No kubelet can renew its node's Lease while the API server is down, and the operator's
-    Lease watch hears nothing until it is back (#42 item 3): every node looked lost, and every
+    Lease watch hears nothing until it is back: every node looked lost, and every
     job whose workers cannot veto by answering /progress (plain scripts like these) restarted,
     spending maxDisruptions with a 3 s grace."""
     names = ["quiet-0", "quiet-1"]

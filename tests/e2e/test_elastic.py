@@ -1,4 +1,4 @@
-"""spec.elastic with real TensorFlow on the local cluster's 4-GPU node (#45): a pod of another
+"""spec.elastic with real TensorFlow on the local cluster's 4-GPU node: a pod of another
 namespace holds two GPUs, so a 3-worker job (minWorkers 2) is placed 2 of 3; after
 shrinkAfterSeconds it trains with 2, and once the GPUs are free for growAfterSeconds it grows
 back to 3 at a checkpoint and succeeds, resuming from it, with no budget spent. Under

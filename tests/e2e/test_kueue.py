@@ -219,7 +219,7 @@ def test_an_elastic_job_admitted_in_part_trains_with_the_workers_the_quota_holds
     cluster: Cluster, namespace: str, queue: str, kueue_operator: OperatorProcess,
     jobs: Jobs,
 ) -> None:
-    """Kueue's partial admission (#45): 4 workers of 100m, minWorkers 2, against a quota of
+    """Kueue's partial admission: 4 workers of 100m, minWorkers 2, against a quota of
     300m. Kueue admits 3 (podSet minCount), and the group trains with 3 of 4 to the end,
     through the same Workload."""
     manifest = job("part", epochs=3)

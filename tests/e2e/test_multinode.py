@@ -439,7 +439,7 @@ def test_an_elastic_group_that_lost_a_node_trains_on_smaller_and_grows_back_on_i
     cluster: Cluster, jobs: Jobs, checkpoint_claim: str, worker_nodes: list[str],
     outages: Outages, record_property: Any,
 ) -> None:
-    """#45 with no spare capacity: 4 workers of 2 GPUs fill both worker nodes' 4 GPUs. The
+    """An elastic group with no spare capacity: 4 workers of 2 GPUs fill both worker nodes' 4 GPUs. The
     node of the chief stops: the new group cannot be placed whole, so after
     shrinkAfterSeconds it trains with the 2 that fit, from the state the survivors saved;
     once the node is back and its room has lasted growAfterSeconds, the group grows back to 4

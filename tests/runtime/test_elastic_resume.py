@@ -1,5 +1,5 @@
 """runtime.fit(global_batch=...) across a change of the group's size under
-spec.elastic.batch ScaleLearningRate (#45): 3 workers, then 2, then 3 again, each generation
+spec.elastic.batch ScaleLearningRate: 3 workers, then 2, then 3 again, each generation
 ended by a SIGKILL (its survivors save the state and the sample count). Each generation must
 train with its own size's global batch and learning rate, start at the sample the last one
 saved, and the run must end having trained every sample exactly once: samples [0, N) where N

@@ -1,4 +1,4 @@
-"""#45's premise for `spec.elastic.batch: KeepGlobal`: a dataset of global batches, resumed at
+"""The premise of `spec.elastic.batch: KeepGlobal`: a dataset of global batches, resumed at
 the restored step by inputs.distribute(skip=step), continues the sample stream exactly across a
 change of the group's size (3 workers, then 2, then 3 again), an uneven split included: no
 sample skipped or seen twice, each step the same global batch an unresized run reads."""

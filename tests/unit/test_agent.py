@@ -195,7 +195,7 @@ def test_the_operators_word_moves_the_pod_on_before_its_labels_do(tmp_path: Path
 def test_a_note_the_operator_could_not_have_sent_is_refused(tmp_path: Path) -> None:
     """Anyone who can list pods can name a pod's uid. A generation more than one ahead of the
     pod's own label, or a release past the generation, is refused and kept nowhere: it would
-    open the gate and be fenced, superseding every later real generation (#42)."""
+    open the gate and be fenced, superseding every later real generation."""
     port = free_port()
     write(tmp_path, generation=3, released=3)
     watch = start(tmp_path, "watch", port)
@@ -221,7 +221,7 @@ def test_idle_connections_neither_grow_the_sidecar_nor_keep_the_operator_out(
 ) -> None:
     """A flood of connections that send nothing: a few are served at a time (each dropped
     after READ_SECONDS), the rest closed at once, so the 64 Mi sidecar neither grows a thread
-    per connection nor stops hearing the operator once they are gone (#42)."""
+    per connection nor stops hearing the operator once they are gone."""
     port = free_port()
     write(tmp_path, generation=0, released=0)
     watch = start(tmp_path, "watch", port)

@@ -69,7 +69,7 @@ def test_a_lease_is_kept_small() -> None:
 def test_silence_counts_only_while_the_lease_watch_is_up() -> None:
     """An API server restarting stalls the Lease watch (its retries back off up to 30 s): no
     node is heard meanwhile, which says nothing of the nodes. Every node looked lost after
-    25 s of that (#42); now silence stops at the failure and counts again from the return."""
+    25 s of that; now silence stops at the failure and counts again from the return."""
     clock = Clock()
     beats = Heartbeats(clock)
     advance(beats, clock, 0)

@@ -137,7 +137,7 @@ def test_a_crash_restarts_the_same_pods_once_every_old_trainer_stopped() -> None
 def test_a_release_whose_status_write_failed_is_finished_not_abandoned() -> None:
     """The pods are marked released (and their trainers start) before the status clears
     inPlaceSince: a failed write there (a 409, a timeout, the leader gone) left the next pass
-    finding no pod held, and it recreated a group that was already training (#42)."""
+    finding no pod held, and it recreated a group that was already training."""
     cluster = running(restartPolicy={"backoffSeconds": 0})
     uids = {n: p["metadata"]["uid"] for n, p in cluster.pods.items()}
     held(cluster, 1)
@@ -228,7 +228,7 @@ def test_the_backoff_holds_the_release() -> None:
 def test_the_start_up_timeout_counts_from_the_release_not_the_backoff() -> None:
     """The barrier and the backoff before the release are the operator's wait: a backoff as
     long as startupTimeoutSeconds failed the job at its first restart, naming a worker that
-    had not been let start (#42). The trainers are timed from their release."""
+    had not been let start. The trainers are timed from their release."""
     cluster = running(restartPolicy={"backoffSeconds": 60}, health={"startupTimeoutSeconds": 60})
     held(cluster, 1)
     step(cluster)

@@ -868,7 +868,7 @@ def test_a_group_refused_on_a_full_gpu_product_is_placed_again_on_one_with_room(
 def test_a_node_back_that_could_never_hold_the_group_does_not_place_it_again() -> None:
     """A GPU group avoided a node whose Lease went silent; that node is a CPU node. When it
     renews its Lease, placing the group again would help nothing and restart its start-up
-    clock (#42): the group stays, and the pass looks again later."""
+    clock: the group stays, and the pass looks again later."""
     cluster = make(template=GPU_TEMPLATE)
     cluster.nodes = {"gpu": gpu_node("gpu", "T4", 4),
                      "cpu": {"metadata": {"name": "cpu"}, "spec": {},

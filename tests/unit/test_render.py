@@ -100,7 +100,7 @@ def test_an_operator_shipping_another_agent_gives_new_groups_a_new_config_map(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A job's ConfigMap is created once and never rewritten: after an upgrade whose agent
-    differs, new groups must not mount the old script (#42: it ran for the job's lifetime)."""
+    differs, new groups must not mount the old script (it ran for the job's lifetime)."""
     job = make_job()
     agent = {"restartPolicy": {"mode": "InPlace"}}
 

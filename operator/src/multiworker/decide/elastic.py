@@ -1,4 +1,4 @@
-"""Pure: the size of a job's next generation when `spec.elastic` lets it change (#45).
+"""Pure: the size of a job's next generation when `spec.elastic` lets it change.
 
 MultiWorkerMirroredStrategy cannot change its size in flight, but every generation builds a
 new collective, so between two generations the size may change. Two rules, each with its wait:

@@ -1,4 +1,4 @@
-"""The step of spec.elastic (#45): a group that cannot be placed whole for shrinkAfterSeconds
+"""The step of spec.elastic: a group that cannot be placed whole for shrinkAfterSeconds
 is made again with the workers that fit (never fewer than minWorkers); a shrunk group whose
 nodes have had room for more for growAfterSeconds is made again larger. Either way the old
 pods are deleted with their grace period, so the trainers take the SIGTERM checkpoint, and the

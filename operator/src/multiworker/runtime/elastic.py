@@ -1,5 +1,5 @@
 """What a training script does when spec.elastic lets its group be smaller than spec.workers
-(#45). Stdlib only.
+(between two generations, never within one). Stdlib only.
 
 A script written for the full size passes its full-size global batch and learning rate
 through `sized`, and gets what this generation trains with:

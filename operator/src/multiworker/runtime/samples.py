@@ -1,6 +1,6 @@
 # mypy: disable-error-code="import-untyped"
 """Where the sample stream stands, saved with every checkpoint, for a group whose size may
-change (#45, `fit(..., global_batch=...)`).
+change (spec.elastic, `fit(..., global_batch=...)`).
 
 A run of fixed size finds its place in the input from the step alone (step × global batch).
 An elastic group under ScaleLearningRate trains with a global batch that follows its size, so

@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 from multiworker.api.status import FailureRecord, JobStatus
+from multiworker.decide.lost_nodes import lost_node_deadline
 from multiworker.decide.nodes import (
     NodeTrouble,
     combined,
@@ -24,14 +25,13 @@ from multiworker.decide.policy import (
     backoff_seconds,
     broken_group_grace,
     failure_action,
-    lost_node_deadline,
     product_full_action,
     refused_start_action,
     replacement_action,
-    startup_deadline,
     success_action,
 )
 from multiworker.decide.progress import GroupHealth, WorkerTrack
+from multiworker.decide.startup import startup_deadline
 
 from tests.unit.builders import JOB, JOB_UID, PodBuilder, at, make_spec, stamp
 

@@ -1,5 +1,5 @@
 """A script that dies the same way before its first step in two groups in a row fails the job
-at once (policy.startup_error, spec.restartPolicy.failFastOnRepeatedStartupError)."""
+at once (startup.startup_error, spec.restartPolicy.failFastOnRepeatedStartupError)."""
 
 from __future__ import annotations
 

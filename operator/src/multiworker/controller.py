@@ -366,7 +366,7 @@ class Controller:
 
     async def _watch_heartbeats(self) -> None:
         """Wakes the jobs on a node whose Lease went silent (no event says so), once; their
-        passes then look again when it would count as lost (policy.lost_node_deadline)."""
+        passes then look again when it would count as lost (lost_nodes.lost_node_deadline)."""
         while True:
             await asyncio.sleep(HEARTBEAT_CHECK_SECONDS)
             nodes = {node for _, node in self._pods_by_node.indexes()}

@@ -19,17 +19,21 @@ from multiworker.api.spec import ExitCodeAction, ImageSkewPolicy, MultiWorkerJob
 from multiworker.api.status import FailureRecord, JobStatus
 from multiworker.decide.gpus import GPU_RESOURCE
 from multiworker.decide.hang import Stall
-from multiworker.decide.nodes import HEARTBEAT_STALE, STALE_HEARTBEAT_SECONDS, NodeTrouble
+from multiworker.decide.lost_nodes import (
+    lost_after,
+    lost_before,
+    unproven_nodes,
+    workers_in_trouble,
+)
+from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS, NodeTrouble
 from multiworker.decide.observe import (
     EVICTED_FOR_USAGE,
-    STOPPING_OLD_TRAINER,
-    WAITING_FOR_RELEASE,
     ObservedGroup,
     WorkerPhase,
     WorkerState,
 )
 from multiworker.decide.progress import GroupHealth
-from multiworker.decide.tracebacks import ScriptError, script_error
+from multiworker.decide.startup import starting_workers, startup_error
 
 # How long a symptom waits for the failure that caused it to show in the API: the kubelets
 # of two nodes report a pod's end a second or more apart.
@@ -45,9 +49,6 @@ BROKEN_GROUP_GRACE_SECONDS = 3
 # How often a group the scheduler refuses looks again at the nodes it was created to avoid: a
 # renewed Lease wakes no job that has no pod on that node.
 AVOIDED_NODE_RECHECK_SECONDS = 5.0
-# A script that serves no progress: a failure this soon after its trainer started counts as
-# its start-up's (policy.startup_error).
-UNREPORTED_STARTUP_SECONDS = 300
 # Waiting reasons that no amount of waiting fixes.
 FAIL_AT_ONCE_WAITING_REASONS = frozenset({"InvalidImageName"})
 _MAX_DOUBLINGS = 32
@@ -178,11 +179,11 @@ def failure_action(
         # On the operator's clock, like the Lease arrivals and `now` (never a node's).
         seen = worker.seen_at or worker.since
         if _is_symptom(worker) and seen is not None:
-            lost = _lost_before(group, troubles or {}, health, seen)
+            lost = lost_before(group, troubles or {}, health, seen)
             if lost is not None:
                 return disruption_action(spec, status, lost_node_culprit(*lost))
             wait_until = seen + COLLATERAL_WINDOW
-            if _unproven_nodes(group, renewals or {}, seen):
+            if unproven_nodes(group, renewals or {}, seen):
                 wait_until = max(wait_until, seen + NODE_PROOF_WINDOW)
             if now < wait_until:
                 return Action(ActionKind.WAIT, delay_seconds=(wait_until - now).total_seconds())
@@ -251,31 +252,6 @@ def _on_failure(spec: MultiWorkerJobSpec, status: JobStatus, worker: WorkerState
     return counted_restart(spec, status, culprit, reason)
 
 
-def startup_error(worker: WorkerState, health: GroupHealth | None,
-                  generation: int) -> ScriptError | None:
-    """The exception `worker` died of when its group `generation` had trained no step yet —
-    none for a runtime exit code, a signal, or an error a peer caused."""
-    code = worker.exit_code
-    if code is None or code == 0 or code in PEER_FAILURE_EXIT_CODES or code > 128:
-        return None
-    error = script_error(worker.message)
-    if error is None or error.from_peers:
-        return None
-    return error if _before_first_step(worker, health, generation) else None
-
-
-def _before_first_step(worker: WorkerState, health: GroupHealth | None,
-                       generation: int) -> bool:
-    """No worker reported a step past the one it restored; for a script that reports none,
-    the failing trainer ran under UNREPORTED_STARTUP_SECONDS."""
-    if health is not None and health.generation == generation and health.ever_reported:
-        return not any(t.report.step > t.report.restored_from_step
-                       for t in health.workers if t.report is not None)
-    if worker.started_at is None or worker.since is None:
-        return False
-    return worker.since - worker.started_at < timedelta(seconds=UNREPORTED_STARTUP_SECONDS)
-
-
 def lost_node_action(spec: MultiWorkerJobSpec, status: JobStatus, group: ObservedGroup,
                      now: datetime, troubles: Mapping[str, NodeTrouble],
                      health: GroupHealth | None = None) -> Action:
@@ -284,107 +260,10 @@ def lost_node_action(spec: MultiWorkerJobSpec, status: JobStatus, group: Observe
     lost with it: the group is dead (its collective cannot finish), so restart it as a
     disruption, long before Kubernetes would evict the pod."""
     grace = timedelta(seconds=spec.health.node_lost_seconds)
-    for worker, trouble in _workers_in_trouble(group, troubles, health):
-        if _lost(trouble, now, grace):
+    for worker, trouble in workers_in_trouble(group, troubles, health):
+        if lost_after(trouble, now, grace):
             return disruption_action(spec, status, lost_node_culprit(worker, trouble))
     return NO_ACTION
-
-
-def _lost_before(group: ObservedGroup, troubles: Mapping[str, NodeTrouble],
-                 health: GroupHealth | None, moment: datetime
-                 ) -> tuple[WorkerState, NodeTrouble] | None:
-    """A worker whose node's trouble had begun by `moment` (a deleted node: any time)."""
-    for worker, trouble in _workers_in_trouble(group, troubles, health):
-        if trouble.reason == "Gone" or (trouble.since is not None and trouble.since <= moment):
-            return worker, trouble
-    return None
-
-
-def _unproven_nodes(group: ObservedGroup, renewals: Mapping[str, datetime],
-                    moment: datetime) -> bool:
-    """Whether a running worker's node has not been seen renewing its Lease since `moment`
-    (nodes whose Leases are not watched prove nothing either way)."""
-    return any(w.node in renewals and renewals[w.node] < moment
-               for w in group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING))
-
-
-def _workers_in_trouble(group: ObservedGroup, troubles: Mapping[str, NodeTrouble],
-                        health: GroupHealth | None = None
-                        ) -> list[tuple[WorkerState, NodeTrouble]]:
-    """Started workers with the trouble of their node — unless the pod was bound after that
-    trouble (NotReady, unreachable) began (the scheduler saw the node back by then, and the
-    operator's copy of the node is older than the pod's: a returning node, the pod and node
-    watches out of step), or the trouble is a silent Lease and the worker answered a poll made
-    since (the node is up; its kubelet alone is not) — then only what the node object reports
-    counts: a node the control plane calls NotReady is lost however well its pods train, since
-    nothing can stop or evict them there."""
-    found = []
-    for worker in group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING):
-        trouble = troubles.get(worker.node) if worker.node else None
-        if trouble is not None and trouble.reason == HEARTBEAT_STALE and \
-                _answered_since(health, group.generation, worker.index, trouble.since):
-            trouble = trouble.reported
-        if trouble is None:
-            continue
-        # Not for a silent Lease: the node still looks Ready to the scheduler then.
-        if trouble.reason != HEARTBEAT_STALE and trouble.since is not None and \
-                worker.scheduled_at is not None and worker.scheduled_at > trouble.since:
-            continue
-        found.append((worker, trouble))
-    return found
-
-
-def _answered_since(health: GroupHealth | None, generation: int, index: int,
-                    since: datetime | None) -> bool:
-    """Whether worker `index` still answers polls made after `since`: it answered the latest,
-    or missed that one alone and was answering when `since` came. One slow answer from a busy
-    node is not a lost node (the veto lapses one poll later); two misses in a row are."""
-    if health is None or health.generation != generation or since is None:
-        return False
-    track = health.worker(index)
-    if track is None or health.polled_at <= since:
-        return False
-    return track.answering or (track.missed_polls == 1 and track.silent_since is not None
-                               and track.silent_since > since)
-
-
-def _lost(trouble: NodeTrouble, now: datetime, grace: timedelta) -> bool:
-    """A deleted node is lost at once; any other trouble after `grace`, and trouble of unknown
-    age never (a later node update with a time wakes the job)."""
-    if trouble.reason == "Gone":
-        return True
-    return trouble.since is not None and now - trouble.since >= grace
-
-
-def node_lost(spec: MultiWorkerJobSpec, trouble: NodeTrouble, now: datetime) -> bool:
-    """Whether `trouble` has lasted spec.health.nodeLostSeconds (a deleted node at once)."""
-    return _lost(trouble, now, timedelta(seconds=spec.health.node_lost_seconds))
-
-
-def node_lost_at(spec: MultiWorkerJobSpec, trouble: NodeTrouble) -> datetime | None:
-    """When `trouble` will have lasted spec.health.nodeLostSeconds (None: unknown age)."""
-    if trouble.since is None:
-        return None
-    return trouble.since + timedelta(seconds=spec.health.node_lost_seconds)
-
-
-def lost_nodes(spec: MultiWorkerJobSpec, group: ObservedGroup,
-               troubles: Mapping[str, NodeTrouble], now: datetime,
-               health: GroupHealth | None = None) -> set[str]:
-    """The nodes that make a worker lost now (the operator reads them again before acting)."""
-    return {w.node for w, t in _workers_in_trouble(group, troubles, health)
-            if node_lost(spec, t, now)}
-
-
-def lost_node_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup,
-                       troubles: Mapping[str, NodeTrouble],
-                       health: GroupHealth | None = None) -> datetime | None:
-    """When the earliest worker on a troubled node counts as lost (to look again then). A
-    silent Lease explained away by an answering worker sets none: a poll that finds the
-    worker silent wakes the job (poller news), and so does the node object's next update."""
-    times = [at for _, t in _workers_in_trouble(group, troubles, health)
-             if (at := node_lost_at(spec, t)) is not None]
-    return min(times) if times else None
 
 
 def broken_group_grace(failure: FailureRecord | None, generation: int | None,
@@ -451,31 +330,13 @@ def hang_action(spec: MultiWorkerJobSpec, status: JobStatus, stall: Stall | None
     return counted_restart(spec, status, stall_culprit(stall), Reason.PROGRESS_STALLED)
 
 
-def _starting(group: ObservedGroup) -> list[WorkerState]:
-    """Workers whose start the start-up timeout bounds: not those held in an in-place
-    restart's barrier (the old trainer stopping, then the backoff until the release), whose
-    own bound is inplace.STOP_BOUND; they are timed from their release (restarted-at)."""
-    return [w for w in group.with_phase(WorkerPhase.PENDING, WorkerPhase.STARTING)
-            if w.reason not in (STOPPING_OLD_TRAINER, WAITING_FOR_RELEASE)]
-
-
-def startup_began(group: ObservedGroup, placing_since: datetime | None = None
-                  ) -> datetime | None:
-    """When the start-up of the group's starting workers began: the earliest of their pods'
-    creation (or in-place release), or the first placement of a group placed again."""
-    starts = [w.since for w in _starting(group) if w.since is not None]
-    if placing_since is not None:
-        starts.append(placing_since)
-    return min(starts, default=None)
-
-
 def startup_action(spec: MultiWorkerJobSpec, group: ObservedGroup, now: datetime,
                    placing_since: datetime | None = None) -> Action:
     """Fail the job when a worker cannot start: at once for what waiting cannot fix, else
     after spec.health.startupTimeoutSeconds — counted from the first placement of a group
     placed again (`placing_since`, status.placingSince)."""
     timeout = spec.health.startup_timeout_seconds
-    for worker in _starting(group):
+    for worker in starting_workers(group):
         began = min(filter(None, (worker.since, placing_since)), default=None)
         overdue = (
             timeout is not None and began is not None
@@ -491,16 +352,6 @@ def startup_action(spec: MultiWorkerJobSpec, group: ObservedGroup, now: datetime
             return Action(ActionKind.FAIL_JOB, Reason.STARTUP_TIMEOUT, culprit.description,
                           culprit)
     return NO_ACTION
-
-
-def startup_deadline(spec: MultiWorkerJobSpec, group: ObservedGroup,
-                     placing_since: datetime | None = None) -> datetime | None:
-    """When the earliest starting worker runs out of spec.health.startupTimeoutSeconds."""
-    timeout = spec.health.startup_timeout_seconds
-    if timeout is None or not _starting(group):
-        return None
-    began = startup_began(group, placing_since)
-    return began + timedelta(seconds=timeout) if began is not None else None
 
 
 def replacement_action(group: ObservedGroup, troubles: Mapping[str, NodeTrouble],

@@ -38,6 +38,7 @@ from multiworker.decide.gpus import (
 )
 from multiworker.decide.hang import find_stall
 from multiworker.decide.inplace import RETELL_EVERY, STOP_BOUND, retell_at, stop_deadline
+from multiworker.decide.lost_nodes import lost_node_deadline, lost_nodes, node_lost, node_lost_at
 from multiworker.decide.nodes import (
     HEARTBEAT_STALE,
     NodeTrouble,
@@ -62,16 +63,12 @@ from multiworker.decide.policy import (
     broken_group_grace,
     failure_action,
     hang_action,
-    lost_node_deadline,
-    lost_nodes,
-    node_lost,
-    node_lost_at,
     product_full_action,
     replacement_action,
-    startup_deadline,
     success_action,
 )
 from multiworker.decide.progress import GroupHealth
+from multiworker.decide.startup import startup_deadline
 from multiworker.logs import job_logger
 from multiworker.reconcile.agent_keys import agent_key
 from multiworker.reconcile.commit import commit

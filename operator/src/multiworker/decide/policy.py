@@ -18,9 +18,9 @@ from multiworker.api.spec import ExitCodeAction, ImageSkewPolicy, MultiWorkerJob
 from multiworker.api.status import FailureRecord, JobStatus
 from multiworker.decide.culprits import (
     Culprit,
-    is_symptom,
     failed_workers,
     first_failure,
+    is_symptom,
     lost_node_culprit,
     stall_culprit,
     worker_culprit,

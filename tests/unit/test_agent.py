@@ -289,7 +289,10 @@ def test_clients_trickling_their_requests_cannot_keep_the_operator_out(tmp_path:
             time.sleep(0.5)
         wait_for(lambda: len(dropped) == 8, 20, interval=0.2,
                  describe="every trickler dropped by the deadline or a newer connection")
-        assert max(dropped) < agent_module.READ_SECONDS + 2, dropped
+        # Each trickler notices its drop at its next byte (1 s apart), and a loaded machine
+        # delays the reaper's rounds: well within twice the deadline, against the tricklers'
+        # 26 s of bytes, for which the per-read timeout once held them all.
+        assert max(dropped) < 2 * agent_module.READ_SECONDS, dropped
     finally:
         stop.set()
         watch.kill()

@@ -21,7 +21,7 @@ from multiworker.decide.inplace import (
     in_place_blocker,
 )
 from multiworker.decide.nodes import NodeTrouble
-from multiworker.decide.observe import WorkerPhase, WorkerState, classify
+from multiworker.decide.workers import WorkerPhase, WorkerState, classify
 from multiworker.pod import agent as agent_module
 from multiworker.reconcile.render import owner_reference, pod_digest, render_worker_pod
 

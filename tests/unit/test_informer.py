@@ -8,7 +8,7 @@ from typing import Any
 
 from multiworker.clients.informer import Informer, Store, key_of
 from multiworker.clients.shapes import POD, slim_pod
-from multiworker.decide.observe import WorkerPhase, classify
+from multiworker.decide.workers import WorkerPhase, classify
 
 from tests.support import wait_for
 from tests.unit.builders import PodBuilder

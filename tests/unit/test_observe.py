@@ -3,13 +3,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from multiworker.decide.observe import (
-    Classified,
-    ObservedGroup,
-    WorkerPhase,
-    observe_group,
-    tail,
-)
+from multiworker.decide.observe import Classified, ObservedGroup, observe_group
+from multiworker.decide.workers import WorkerPhase, tail
 
 from tests.unit.builders import JOB, JOB_UID, PodBuilder, at
 

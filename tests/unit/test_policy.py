@@ -11,13 +11,7 @@ from multiworker.decide.nodes import (
     heartbeat_trouble,
     node_trouble,
 )
-from multiworker.decide.observe import (
-    Classified,
-    ObservedGroup,
-    WorkerPhase,
-    WorkerState,
-    observe_group,
-)
+from multiworker.decide.observe import Classified, ObservedGroup, observe_group
 from multiworker.decide.policy import (
     NO_ACTION,
     Action,
@@ -32,6 +26,7 @@ from multiworker.decide.policy import (
 )
 from multiworker.decide.progress import GroupHealth, WorkerTrack
 from multiworker.decide.startup import startup_deadline
+from multiworker.decide.workers import WorkerPhase, WorkerState
 
 from tests.unit.builders import JOB, JOB_UID, PodBuilder, at, make_spec, stamp
 

@@ -140,8 +140,9 @@ def test_readable_is_the_summary_or_the_last_lines_elided() -> None:
 
 
 def test_a_failed_pods_message_is_the_exception_not_the_dump() -> None:
-    """What lastFailure.message, the condition and the Event show (observe.tail)."""
-    from multiworker.decide.observe import WorkerPhase, observe_group
+    """What lastFailure.message, the condition and the Event show (workers.tail)."""
+    from multiworker.decide.observe import observe_group
+    from multiworker.decide.workers import WorkerPhase
 
     from tests.unit.builders import JOB, JOB_UID, PodBuilder
     pod = PodBuilder(1).exited(1, message=KERAS3).build()

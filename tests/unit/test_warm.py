@@ -28,8 +28,8 @@ from multiworker.clients.launchers import (
     launcher_targets,
     trainer_url,
 )
-from multiworker.decide.observe import WorkerPhase, classify
 from multiworker.decide.warm import WarmCommand, warm_command
+from multiworker.decide.workers import WorkerPhase, classify
 from multiworker.pod import children
 from multiworker.reconcile.render import (
     owner_reference,

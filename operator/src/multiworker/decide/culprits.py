@@ -13,12 +13,8 @@ from multiworker.api.conditions import Reason
 from multiworker.api.contract import PEER_FAILURE_EXIT_CODES
 from multiworker.decide.hang import Stall
 from multiworker.decide.nodes import NodeTrouble
-from multiworker.decide.observe import (
-    EVICTED_FOR_USAGE,
-    ObservedGroup,
-    WorkerPhase,
-    WorkerState,
-)
+from multiworker.decide.observe import ObservedGroup
+from multiworker.decide.workers import EVICTED_FOR_USAGE, WorkerPhase, WorkerState
 
 _UNKNOWN_TIME = datetime.max.replace(tzinfo=UTC)  # failures without a time sort last
 

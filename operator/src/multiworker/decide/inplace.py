@@ -16,7 +16,7 @@ from typing import Any
 from multiworker.api.spec import MultiWorkerJobSpec, RestartMode
 from multiworker.decide.fit import may_host
 from multiworker.decide.nodes import NodeTrouble
-from multiworker.decide.observe import WorkerPhase, WorkerState
+from multiworker.decide.workers import WorkerPhase, WorkerState
 
 # The kubelet that restarts all of a pod's containers on a rule (RestartAllContainers, beta
 # and on by default since Kubernetes 1.36).

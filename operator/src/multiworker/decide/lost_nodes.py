@@ -12,12 +12,9 @@ from datetime import datetime, timedelta
 
 from multiworker.api.spec import MultiWorkerJobSpec
 from multiworker.decide.nodes import HEARTBEAT_STALE, NodeTrouble
-from multiworker.decide.observe import (
-    ObservedGroup,
-    WorkerPhase,
-    WorkerState,
-)
+from multiworker.decide.observe import ObservedGroup
 from multiworker.decide.progress import GroupHealth
+from multiworker.decide.workers import WorkerPhase, WorkerState
 
 
 def lost_before(group: ObservedGroup, troubles: Mapping[str, NodeTrouble],

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from multiworker.api.conditions import Type, is_true
 from multiworker.api.status import JobStatus, Phase
-from multiworker.decide.observe import ObservedGroup, WorkerPhase
+from multiworker.decide.observe import ObservedGroup
+from multiworker.decide.workers import WorkerPhase
 
 
 def phase_of(status: JobStatus, group: ObservedGroup, suspended: bool) -> Phase:

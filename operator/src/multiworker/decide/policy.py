@@ -34,14 +34,10 @@ from multiworker.decide.lost_nodes import (
     workers_in_trouble,
 )
 from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS, NodeTrouble
-from multiworker.decide.observe import (
-    EVICTED_FOR_USAGE,
-    ObservedGroup,
-    WorkerPhase,
-    WorkerState,
-)
+from multiworker.decide.observe import ObservedGroup
 from multiworker.decide.progress import GroupHealth
 from multiworker.decide.startup import starting_workers, startup_error
+from multiworker.decide.workers import EVICTED_FOR_USAGE, WorkerPhase, WorkerState
 
 # How long a symptom waits for the failure that caused it to show in the API: the kubelets
 # of two nodes report a pod's end a second or more apart.

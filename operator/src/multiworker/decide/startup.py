@@ -10,15 +10,15 @@ from datetime import datetime, timedelta
 
 from multiworker.api.contract import PEER_FAILURE_EXIT_CODES
 from multiworker.api.spec import MultiWorkerJobSpec
-from multiworker.decide.observe import (
+from multiworker.decide.observe import ObservedGroup
+from multiworker.decide.progress import GroupHealth
+from multiworker.decide.tracebacks import ScriptError, script_error
+from multiworker.decide.workers import (
     STOPPING_OLD_TRAINER,
     WAITING_FOR_RELEASE,
-    ObservedGroup,
     WorkerPhase,
     WorkerState,
 )
-from multiworker.decide.progress import GroupHealth
-from multiworker.decide.tracebacks import ScriptError, script_error
 
 # A script that serves no progress: a failure this soon after its trainer started counts as
 # its start-up's (startup_error).

@@ -14,7 +14,6 @@ from multiworker.api.status import Phase
 from multiworker.clients.kube import Created, RefusalKind, Refused
 from multiworker.decide.gpus import GpuRequestError, gpus_per_worker, held_gpus, place
 from multiworker.decide.inplace import agent_blocker
-from multiworker.decide.observe import WorkerPhase
 from multiworker.decide.ownership import Owned, ownership
 from multiworker.decide.placement import (
     gang_waiting_message,
@@ -30,6 +29,7 @@ from multiworker.decide.policy import (
 )
 from multiworker.decide.queueing import on_flavor_nodes, with_flavor_fields
 from multiworker.decide.warm import warm_command
+from multiworker.decide.workers import WorkerPhase
 from multiworker.reconcile.agent_keys import agent_key_found, new_agent_key
 from multiworker.reconcile.context import Flow, Pass
 from multiworker.reconcile.gang import (

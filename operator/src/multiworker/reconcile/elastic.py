@@ -19,7 +19,7 @@ from multiworker.decide.elastic import (
     room_on_nodes,
 )
 from multiworker.decide.fit import may_host
-from multiworker.decide.observe import WorkerPhase
+from multiworker.decide.workers import WorkerPhase
 from multiworker.reconcile.context import Flow, Pass
 from multiworker.reconcile.render import owner_reference, render_worker_pod
 from multiworker.reconcile.transitions import forget_group

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from multiworker.api.conditions import Reason
-from multiworker.decide.observe import PROBLEM_WAITING_REASONS
+from multiworker.decide.workers import PROBLEM_WAITING_REASONS
 
 NORMAL, WARNING = "Normal", "Warning"
 

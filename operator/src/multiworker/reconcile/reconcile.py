@@ -47,15 +47,7 @@ from multiworker.decide.nodes import (
     heartbeat_trouble,
     node_trouble,
 )
-from multiworker.decide.observe import (
-    WAITING_FOR_RELEASE,
-    Classified,
-    StalePod,
-    WorkerPhase,
-    WorkerState,
-    exit_record,
-    observe_group,
-)
+from multiworker.decide.observe import Classified, StalePod, observe_group
 from multiworker.decide.policy import (
     NO_ACTION,
     Action,
@@ -69,6 +61,7 @@ from multiworker.decide.policy import (
 )
 from multiworker.decide.progress import GroupHealth
 from multiworker.decide.startup import startup_deadline
+from multiworker.decide.workers import WAITING_FOR_RELEASE, WorkerPhase, WorkerState, exit_record
 from multiworker.logs import job_logger
 from multiworker.reconcile.agent_keys import agent_key
 from multiworker.reconcile.commit import commit

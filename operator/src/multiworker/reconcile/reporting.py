@@ -9,7 +9,6 @@ from multiworker.api.status import TERMINAL_PHASES, ProgressStatus
 from multiworker.clients import metrics
 from multiworker.decide.hang import inactive_reason
 from multiworker.decide.nodes import HEARTBEAT_STALE
-from multiworker.decide.observe import WorkerPhase
 from multiworker.decide.progress import (
     TRAINING,
     GroupHealth,
@@ -18,6 +17,7 @@ from multiworker.decide.progress import (
     progress_of,
 )
 from multiworker.decide.stragglers import describe_recovered, describe_straggler, stragglers
+from multiworker.decide.workers import WorkerPhase
 from multiworker.reconcile.context import Flow, Pass
 
 

@@ -14,10 +14,10 @@ from multiworker.api.spec import RestartMode
 from multiworker.api.status import FailureRecord, JobStatus, Phase
 from multiworker.clients import metrics
 from multiworker.decide.inplace import in_place_blocker
-from multiworker.decide.observe import WorkerPhase
 from multiworker.decide.policy import Action, ActionKind
 from multiworker.decide.progress import last_step_known
 from multiworker.decide.startup import startup_began
+from multiworker.decide.workers import WorkerPhase
 from multiworker.reconcile.context import Pass
 from multiworker.reconcile.events import gist, is_problem
 from multiworker.reconcile.gang import gang_enabled

@@ -1,10 +1,10 @@
 """One reconcile pass over one job: a flat list of named steps.
 
 stop if finished → delete stale generations (or, restarting in place, move them to the
-new one) → release an in-place restart → remember trainer exits (in place) → Kueue's
-admission (queueing.py) → suspend/resume → record progress → success policy → failure
-policy (failures, image skew, lost nodes, stuck starts) → hang policy → create the group
-(creation.py) → Running condition. Jobs the steps
+new one) → release an in-place restart → remember trainer exits (in place: inplace.py) →
+Kueue's admission (queueing.py) → suspend/resume → record progress → success policy →
+failure policy (failures, image skew, lost nodes: troubles.py, stuck starts) → hang policy →
+create the group (creation.py) → Running condition. Jobs the steps
 cannot run on — an unreadable status, an invalid spec — are unrunnable.py's. The status is
 written once, at the end (commit.py), and Events only after
 that write succeeded. A pass reads the job, its pods and nodes from the watch-fed caches and
@@ -17,17 +17,16 @@ peers exiting non-zero on their way out must not restart a finished job.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from multiworker.api import names
 from multiworker.api.conditions import Reason, Type
 from multiworker.api.job import InvalidJobSpec, Job
 from multiworker.api.spec import CleanPodPolicy
 from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus, parse_status
 from multiworker.clients.agents import AgentNote, signed
-from multiworker.clients.kube import Conflict, GenerationDeletion, Gone, PodDeletion, PodPatch
+from multiworker.clients.kube import Conflict, GenerationDeletion, Gone, PodDeletion
 from multiworker.decide.fit import may_host
 from multiworker.decide.gpus import (
     GPU_RESOURCE,
@@ -37,15 +36,9 @@ from multiworker.decide.gpus import (
     held_gpus,
 )
 from multiworker.decide.hang import find_stall
-from multiworker.decide.inplace import RETELL_EVERY, STOP_BOUND, retell_at, stop_deadline
 from multiworker.decide.lost_nodes import lost_node_deadline, lost_nodes, node_lost, node_lost_at
 from multiworker.decide.nodes import (
-    HEARTBEAT_STALE,
     NodeTrouble,
-    combined,
-    full_disruption,
-    heartbeat_trouble,
-    node_trouble,
 )
 from multiworker.decide.observe import Classified, StalePod, observe_group
 from multiworker.decide.policy import (
@@ -61,7 +54,7 @@ from multiworker.decide.policy import (
 )
 from multiworker.decide.progress import GroupHealth
 from multiworker.decide.startup import startup_deadline
-from multiworker.decide.workers import WAITING_FOR_RELEASE, WorkerPhase, WorkerState, exit_record
+from multiworker.decide.workers import WorkerPhase
 from multiworker.logs import job_logger
 from multiworker.reconcile.agent_keys import agent_key
 from multiworker.reconcile.commit import commit
@@ -69,17 +62,18 @@ from multiworker.reconcile.context import ClusterIO, Flow, Options, Outcome, Pas
 from multiworker.reconcile.creation import ensure_workers, still_blocked, why_not_placed
 from multiworker.reconcile.elastic import resize_policy
 from multiworker.reconcile.gang import pod_group_path
+from multiworker.reconcile.inplace import move_in_place, release_in_place, remember_exits
 from multiworker.reconcile.queueing import admit_through_queue, finish_workload
 from multiworker.reconcile.render import owner_reference, render_worker_pod
 from multiworker.reconcile.reporting import current_health, poll_targets, record_progress
 from multiworker.reconcile.transitions import (
-    abandon_in_place,
     apply,
     forget_group,
     group_running,
     not_running,
     waiting_for,
 )
+from multiworker.reconcile.troubles import node_troubles, renewals_of, reread_troubles
 from multiworker.reconcile.unrunnable import fail_invalid_spec, refuse_unreadable_status
 
 Manifest = dict[str, Any]
@@ -119,8 +113,8 @@ def reconcile(
         generation=status.group_generation, container=job.spec.template.trainer_container(),
         expected=expected, classified=classified, now=now,
     )
-    troubles = _troubles(cluster, {w.node for w in group.workers} | {s.node for s in group.stale},
-                         now)
+    troubles = node_troubles(
+        cluster, {w.node for w in group.workers} | {s.node for s in group.stale}, now)
     log = job_logger(namespace, name, status.group_generation)
     # The status this pass changes: parsed again, a tenth of what a deep copy costs.
     p = Pass(cluster, body, job, group, troubles, now, parse_status(body.get("status")), log,
@@ -187,7 +181,7 @@ def delete_stale_pods(p: Pass) -> Flow:
         p.wake_in(1)
         return Flow.DONE
     ns, deletions = p.job.namespace, []
-    stale = _move_in_place(p)
+    stale = move_in_place(p)
     fenced = p.job.spec.checkpoint is not None and p.status.progress is not None
     own_grace = (p.job.spec.template.spec.model_extra or {}).get(
         "terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
@@ -204,7 +198,7 @@ def delete_stale_pods(p: Pass) -> Flow:
         def at_once(trouble: NodeTrouble | None) -> bool:
             return fenced and trouble is not None and node_lost(p.job.spec, trouble, p.now)
         if trouble is not None and (p.now >= due or at_once(trouble)):
-            trouble = _reread_troubles(p, {pod.node}).get(pod.node)
+            trouble = reread_troubles(p, {pod.node}).get(pod.node)
         if trouble is None or (p.now < due and not at_once(trouble)):
             if trouble is not None:
                 # A node lost since the group restarted (the restart may come sooner: a
@@ -226,95 +220,6 @@ def delete_stale_pods(p: Pass) -> Flow:
     for pod_group in sorted({pod.pod_group for pod in p.group.stale
                              if pod.pod_group and pod.deletion is None}):
         p.cluster.delete_object(pod_group_path(ns, pod_group))
-    return Flow.CONTINUE
-
-
-def release_in_place(p: Pass) -> Flow:
-    """An in-place restart's barrier: once every worker's old trainer has stopped and its
-    gate holds the pod (and the backoff has passed), release the generation in every pod at
-    once. A pod gone, disrupted or on a node in trouble meanwhile, or old trainers still
-    running after inplace.STOP_BOUND, and the group is recreated instead."""
-    s = p.status
-    if s.in_place_since is None or p.group.stale:
-        return Flow.CONTINUE
-    workers, generation = p.group.workers, s.group_generation
-    if all(w.released == generation and w.phase is not WorkerPhase.MISSING for w in workers):
-        # Released by a pass whose status write did not land (a conflict, a timeout, the
-        # leader gone): the group trains already. Finish that release, never abandon it.
-        _released(p, workers, generation)
-        return Flow.CONTINUE
-    why = next((f"worker-{w.index}'s pod is gone" if w.phase is WorkerPhase.MISSING
-                else f"worker-{w.index}'s pod was disrupted ({w.reason})"
-                for w in workers
-                if w.phase in (WorkerPhase.MISSING, WorkerPhase.DISRUPTED) or w.terminating),
-               None)
-    why = why or next((f"worker-{w.index}'s {p.troubles[w.node].describe()}"
-                       for w in workers if w.node in p.troubles), None)
-    held = [w for w in workers if w.reason == WAITING_FOR_RELEASE]
-    deadline = stop_deadline(s.in_place_since)
-    if why is None and len(held) < len(workers) and p.now >= deadline:
-        late = next(w for w in workers if w.reason != WAITING_FOR_RELEASE)
-        why = (f"worker-{late.index} had not stopped {STOP_BOUND.total_seconds():g}s after "
-               f"the restart began ({late.reason}: {late.message})")
-    if why is not None:
-        abandon_in_place(p, why)
-        return Flow.DONE
-    if len(held) < len(workers):
-        _retell(p, [w for w in workers if w.reason != WAITING_FOR_RELEASE], generation)
-        p.wake_at(min(deadline, retell_at(s.in_place_since, p.now)))
-        return Flow.CONTINUE
-    if s.restart_after is not None and p.now < s.restart_after:
-        p.wake_at(s.restart_after)
-        return Flow.CONTINUE
-    # Restarted now, as far as the start-up timeout goes: the barrier and the backoff before
-    # the release are the operator's own wait, not the trainers' start.
-    patches = [PodPatch(p.job.namespace, w.pod, w.uid, annotations={
-        names.ANNOTATION_RELEASED: str(generation),
-        names.ANNOTATION_RESTARTED_AT: p.now.isoformat(),
-        names.ANNOTATION_TRAINER_RESTARTS: str(w.trainer_restarts)}) for w in workers]
-    if not all(p.cluster.patch_pods(patches)):
-        abandon_in_place(p, "a worker's pod was replaced while its generation was released")
-        return Flow.DONE
-    _released(p, workers, generation)
-    return Flow.CONTINUE
-
-
-def _retell(p: Pass, late: Sequence[WorkerState], generation: int) -> None:
-    """Tell the pods not holding yet of the rise again once RETELL_EVERY has passed since
-    it began: a note lost to a busy agent would otherwise leave them to the downwardAPI."""
-    assert p.status.in_place_since is not None
-    if p.now - p.status.in_place_since < RETELL_EVERY:
-        return
-    port = p.job.spec.restart_policy.agent_port
-    p.agent_notes += [AgentNote(w.ip, port, w.uid, generation) for w in late if w.ip]
-
-
-def _released(p: Pass, workers: Sequence[WorkerState], generation: int) -> None:
-    """The release is on every pod: tell the agents (again, when an earlier pass released)
-    and end the barrier."""
-    s = p.status
-    assert s.in_place_since is not None
-    port = p.job.spec.restart_policy.agent_port
-    p.agent_notes += [AgentNote(w.ip, port, w.uid, generation, released=generation)
-                      for w in workers if w.ip]
-    stopped = (p.now - s.in_place_since).total_seconds()
-    s.in_place_since = None
-    p.log.info("generation %s released in place: every old trainer stopped within %.1fs",
-               generation, stopped)
-
-
-def remember_exits(p: Pass) -> Flow:
-    """Write the exit of a trainer restarted by its pod's rule on the pod, as first seen: the
-    kubelet's restart of the pod's containers soon leaves only its own record ("restarted,
-    137"), and the exit code decides what happens (FailJob rules, a peer's symptom)."""
-    s = p.status
-    patches = [PodPatch(p.job.namespace, w.pod, w.uid, annotations={
-        names.ANNOTATION_TRAINER_EXIT: exit_record(s.group_generation, w)})
-        for w in p.group.workers
-        if w.agent and w.phase is WorkerPhase.FAILED and w.exit_code is not None
-        and not w.exit_recorded and w.uid and not w.terminating]
-    if patches:
-        p.cluster.patch_pods(patches)
     return Flow.CONTINUE
 
 
@@ -349,11 +254,11 @@ def failure_policy(p: Pass) -> Flow:
     only as read from the API just now: the watch may still show trouble that has ended."""
     lost = lost_nodes(p.job.spec, p.group, p.troubles, p.now, p.health)
     if lost:
-        _reread_troubles(p, lost)
+        reread_troubles(p, lost)
     action = failure_action(
         p.job.spec, p.status, p.group, group_started=p.status.group_start_time is not None,
         now=p.now, troubles=p.troubles, health=p.health,
-        renewals=_renewals(p) if p.group.with_phase(WorkerPhase.FAILED) else None,
+        renewals=renewals_of(p) if p.group.with_phase(WorkerPhase.FAILED) else None,
     )
     if action.kind is ActionKind.NONE:
         p.wake_at(lost_node_deadline(p.job.spec, p.group, p.troubles, p.health))
@@ -376,7 +281,7 @@ def placement_policy(p: Pass) -> Flow:
                                  gpu_product=p.status.gpu_product)["spec"]
     could_host = {node for node in avoided
                   if (manifest := p.cluster.cached_node(node)) and may_host(manifest, pod_spec)}
-    action = replacement_action(p.group, _troubles(p.cluster, avoided, p.now), could_host)
+    action = replacement_action(p.group, node_troubles(p.cluster, avoided, p.now), could_host)
     apply(p, action)
     return Flow.DONE if action.kind is ActionKind.REPLACE_GROUP else Flow.CONTINUE
 
@@ -419,8 +324,8 @@ def compute_status(p: Pass) -> Flow:
 STEPS: tuple[Callable[[Pass], Flow], ...] = (
     stop_if_finished,
     delete_stale_pods,
-    release_in_place,
-    remember_exits,
+    release_in_place,  # inplace.py
+    remember_exits,  # inplace.py
     admit_through_queue,  # queueing.py: Kueue
     suspend_or_resume,
     record_progress,
@@ -435,28 +340,6 @@ STEPS: tuple[Callable[[Pass], Flow], ...] = (
 
 
 # --- helpers of the steps ---
-
-
-def _move_in_place(p: Pass) -> list[StalePod]:
-    """While the group restarts in place: move the last generation's pods to the current one
-    (their agents then restart their containers, runtime/agent.py); the stale pods left to
-    delete. A pod that cannot be moved (gone) is found missing by release_in_place."""
-    s = p.status
-    if s.in_place_since is None:
-        return list(p.group.stale)
-    moving = [pod for pod in p.group.stale
-              if pod.generation == s.group_generation - 1 and pod.deletion is None]
-    if moving:
-        at = p.now.isoformat()
-        p.cluster.patch_pods([PodPatch(p.job.namespace, pod.name, pod.uid, labels={
-            names.LABEL_GROUP_GENERATION: str(s.group_generation)}, annotations={
-            names.ANNOTATION_RESTARTED_AT: at}) for pod in moving])
-        port = p.job.spec.restart_policy.agent_port
-        p.agent_notes += [AgentNote(pod.ip, port, pod.uid, s.group_generation)
-                          for pod in moving if pod.ip]
-        p.log.info("restarting %d pods in place for generation %s", len(moving),
-                   s.group_generation)
-    return [pod for pod in p.group.stale if pod not in moving]
 
 
 MOST_SPARED = 100  # pods a GenerationDeletion's field selector may leave out by name
@@ -485,58 +368,6 @@ def _delete_generation(p: Pass, generation: int | None, grace: int | None,
         tuple(pod.index for pod in pods if pod.index is not None), grace,
         tuple(sorted(spared))))
     return []
-
-
-def _reread_troubles(p: Pass, node_names: set[str]) -> Mapping[str, NodeTrouble]:
-    """Reads `node_names` from the API (not the cache) into p.troubles, before acting on them:
-    the Node, and the Lease of one that looks silent."""
-    troubles = dict(p.troubles)
-    manifests = {}
-    for node in node_names - {""}:
-        if (old := troubles.get(node)) is not None and old.reason == HEARTBEAT_STALE:
-            p.cluster.reread_lease(node)
-        manifests[node] = p.cluster.get_node(node)
-    fresh = _troubles(p.cluster, set(manifests), p.now, manifests)
-    for node in manifests:
-        if node in fresh:
-            troubles[node] = fresh[node]
-        else:
-            troubles.pop(node, None)
-    p.troubles = troubles
-    return troubles
-
-
-def _renewals(p: Pass) -> dict[str, datetime]:
-    """When the nodes of the running workers were last seen renewing their Leases (the
-    operator's clock: now less the silence since the renewal arrived)."""
-    found: dict[str, datetime] = {}
-    for worker in p.group.with_phase(WorkerPhase.RUNNING, WorkerPhase.STARTING):
-        if worker.node and worker.node not in found:
-            silence = p.cluster.heartbeat_silence(worker.node)
-            if silence is not None:
-                found[worker.node] = p.now - timedelta(seconds=silence)
-    return found
-
-
-def _troubles(cluster: ClusterIO, node_names: set[str], now: datetime,
-              manifests: Mapping[str, Manifest | None] | None = None
-              ) -> dict[str, NodeTrouble]:
-    """The nodes' trouble: their status and taints (as cached, or as `manifests` were read
-    just now), or a Lease gone silent. While the Node objects call every node in trouble
-    (nodes.full_disruption) they say nothing of the nodes: only a deleted one counts."""
-    reported = {node: node_trouble(node, manifests[node] if manifests and node in manifests
-                                   else cluster.cached_node(node))
-                for node in node_names - {""}}
-    if any(t is not None and t.reason != "Gone" for t in reported.values()) and \
-            full_disruption(cluster.cached_nodes()):
-        reported = {n: t if t is not None and t.reason == "Gone" else None
-                    for n, t in reported.items()}
-    found = {}
-    for node, trouble in reported.items():
-        either = combined(trouble, heartbeat_trouble(node, cluster.heartbeat_silence(node), now))
-        if either is not None:
-            found[node] = either
-    return found
 
 
 def _clean_finished_pods(p: Pass) -> None:

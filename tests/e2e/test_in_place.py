@@ -215,7 +215,7 @@ LAUNCHER_REPORT = "/run/multiworker/launcher.json"
 
 
 def launcher_report(jobs: Jobs, pod: str) -> dict[str, Any]:
-    """The warm launcher's report in `pod` (runtime/launcher.py), {} before it writes one."""
+    """The warm launcher's report in `pod` (pod/launcher.py), {} before it writes one."""
     found = jobs.kubectl("exec", pod, "-c", "tensorflow", "--", "cat", LAUNCHER_REPORT,
                          check=False).stdout
     return dict(json.loads(found)) if found.strip() else {}

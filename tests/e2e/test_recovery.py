@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("worker_image", "operator")
 WORKER_IMAGE = "multiworker.local/worker:dev"
 TRAIN = "/opt/multiworker/examples/training/train.py"
 # Signal the training process (tini is PID 1; train.py is its child), never this script itself.
-# The trainer's processes, not a warm launcher's spare (runtime/launcher.py: the same command
+# The trainer's processes, not a warm launcher's spare (pod/launcher.py: the same command
 # line, waiting to be the next generation's trainer).
 SIGNAL_TRAINER = """
 import json, os, signal, sys

@@ -1,4 +1,4 @@
-"""The in-place agent as the pods run it (runtime/agent.py, as a script with python3): the
+"""The in-place agent as the pods run it (pod/agent.py, as a script with python3): the
 sidecar exits 86 only when a trainer of an older generation may run; the gate opens each
 generation once, when it is released."""
 

@@ -442,7 +442,7 @@ def test_an_in_place_job_signs_every_note_with_its_own_key(
 ) -> None:
     """The Secret is created before the pods, owned by the job (deleted with it); each pass
     that tells the agents reads it and signs (the operator keeps no copy: a new leader signs
-    alike), and the agent's own check (runtime/agent.py) accepts what it signed."""
+    alike), and the agent's own check (pod/agent.py) accepts what it signed."""
     cluster = running(restartPolicy={"backoffSeconds": 0})
     secret = secret_of(cluster)
     assert secret["metadata"]["name"] == names.agent_key_name("demo", JOB_UID)

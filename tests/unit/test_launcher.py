@@ -1,4 +1,4 @@
-"""The warm launcher as a trainer container runs it (runtime/launcher.py, beside agent.py, with
+"""The warm launcher as a trainer container runs it (pod/launcher.py, beside agent.py, with
 python3): it runs each released generation's trainer, in a spare interpreter that imported the
 preloads ahead where one is ready, reports where it stands, and stops, reaps and signals as
 PID 1 of its container. The preload here is a tiny module that sleeps as it is imported."""

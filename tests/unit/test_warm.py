@@ -257,7 +257,7 @@ def test_the_pods_followed_are_those_running_the_launcher() -> None:
         "generation": 1, "state": "held", "path": None, "why": None, "exit": None}
 
 
-# --- the agent's side of the channel (runtime/agent.py, run as the pods run it) ---
+# --- the agent's side of the channel (pod/agent.py, run as the pods run it) ---
 
 def _report(tmp_path: Path, **fields: Any) -> None:
     path = tmp_path / "state" / "launcher.json"
@@ -391,7 +391,7 @@ def test_the_sidecar_takes_over_from_a_launcher_that_does_not_stop_its_trainer(
 
 
 def test_a_spare_s_hook_runs_the_users_command_line_once_told_to(tmp_path: Path) -> None:
-    """The spare interpreter (runtime/warm_hook.py as sitecustomize): the user's own command
+    """The spare interpreter (pod/warm_hook.py as sitecustomize): the user's own command
     line, the preloads imported before the go, the generation's environment after it."""
     hook = tmp_path / "warm"
     hook.mkdir()

@@ -50,12 +50,12 @@ MWJ_TEST_FINGERPRINT_OVERRIDE = "MWJ_TEST_FINGERPRINT_OVERRIDE"
 
 DEFAULT_PROGRESS_PORT = 8471
 # Where a pod's in-place restart agent listens for the operator's word of a new generation
-# (spec.restartPolicy.agentPort; runtime/agent.py).
+# (spec.restartPolicy.agentPort; pod/agent.py).
 DEFAULT_AGENT_PORT = 8472
 AGENT_NOTE_PATH = "/generation"
-# Where the operator long-polls a pod's agent for its warm launcher's report (runtime/launcher.py).
+# Where the operator long-polls a pod's agent for its warm launcher's report (pod/launcher.py).
 AGENT_TRAINER_PATH = "/trainer"
-# What the operator tells the warm launcher (runtime/launcher.py) of a training container it
+# What the operator tells the warm launcher (pod/launcher.py) of a training container it
 # wraps: the user's command line, one word a variable (MWJ_LAUNCHER_ARG_0, ...; their number in
 # MWJ_LAUNCHER_ARGC: the kubelet expands each word's $(VAR) on its own, as in args), the
 # modules its spare interpreters import ahead (comma-separated), and the folder of the hook

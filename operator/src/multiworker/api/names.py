@@ -22,7 +22,7 @@ LABEL_GROUP_GENERATION = f"{GROUP}/group-generation"
 # where it serves GET /progress.
 ANNOTATION_TRAINER = f"{GROUP}/trainer-container"
 ANNOTATION_PROGRESS_PORT = f"{GROUP}/progress-port"
-# In-place restarts (runtime/agent.py): the generation whose trainer may start in the pod
+# In-place restarts (pod/agent.py): the generation whose trainer may start in the pod
 # (the agent's gate holds the pod's containers until it equals the group-generation label),
 # the trainer's restart count when that generation was released (a higher count means that
 # generation's trainer has ended), and what the pod was rendered from (a digest: a pod whose

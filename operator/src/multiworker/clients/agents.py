@@ -1,4 +1,4 @@
-"""Tells the in-place restart agents of worker pods (runtime/agent.py) of a new generation
+"""Tells the in-place restart agents of worker pods (pod/agent.py) of a new generation
 at once: the same word their pod's labels carry, without waiting for the kubelet to refresh
 its downwardAPI volume (which once in a dozen restarts took over 30 s).
 
@@ -40,7 +40,7 @@ NOTE_LIFETIME_SECONDS = 120
 @dataclass(frozen=True)
 class AgentNote:
     """What a pod's in-place restart agent is told at once (its labels tell it later):
-    the pod's generation and the one released to start (runtime/agent.py)."""
+    the pod's generation and the one released to start (pod/agent.py)."""
 
     ip: str
     port: int
@@ -56,7 +56,7 @@ def signed(notes: Sequence[AgentNote], key: bytes | None) -> list[AgentNote]:
 
 def signature(key: bytes, path: str, uid: str, generation: int | None, released: int | None,
               expires: int) -> str:
-    """HMAC-SHA256 of what a request says (runtime/agent.py checks the same message)."""
+    """HMAC-SHA256 of what a request says (pod/agent.py checks the same message)."""
     message = json.dumps([path, uid, generation, released, expires], separators=(",", ":"))
     return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
 

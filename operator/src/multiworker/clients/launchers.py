@@ -1,4 +1,4 @@
-"""Follows the warm launchers of worker pods (runtime/launcher.py) through their agents'
+"""Follows the warm launchers of worker pods (pod/launcher.py) through their agents'
 GET /trainer, a long poll: the launcher's trainer runs inside a container that does not end
 with it, so the kubelet never reports its exit; this is how the operator learns of it (and of
 an old trainer stopped for a new generation) within a fraction of a second.

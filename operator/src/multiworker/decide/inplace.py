@@ -1,7 +1,7 @@
 """Whether a group restart may reuse the group's pods (in place) or must recreate them.
 
 In place, every pod keeps its node, IP, GPUs and volumes and the kubelet restarts its
-containers (runtime/agent.py); that is only right when every pod and node is healthy and the
+containers (pod/agent.py); that is only right when every pod and node is healthy and the
 pods are what the job would create now. Each answer that says no names why: it becomes the
 restart's Event.
 """

@@ -1,5 +1,5 @@
 """Whether a training container can start its trainers from a warm spare interpreter
-(runtime/launcher.py), and how its command line is wrapped to do so.
+(pod/launcher.py), and how its command line is wrapped to do so.
 
 The launcher runs the very command line the user wrote, in a Python process started ahead of
 time that has already imported the job's warmModules; it can only do that for a command line

@@ -108,7 +108,7 @@ class WorkerState:
     # GPUs: cleanup goes by this, not by the trainer.
     pod_ended: bool = False
     progress_port: int | None = None  # where it serves GET /progress, as created
-    # In-place restarts (runtime/agent.py): the pod runs the agent with its restart rules
+    # In-place restarts (pod/agent.py): the pod runs the agent with its restart rules
     # intact (an API server without the feature drops them), what it was rendered from, and
     # the trainer's restart count.
     agent: bool = False
@@ -278,7 +278,7 @@ def _in_place(pod: Pod, index: int, trainer: Mapping[str, Any] | None) -> Worker
 
 
 def _launcher_report(annotations: Mapping[str, Any], generation: int | None) -> Mapping[str, Any]:
-    """The warm launcher's report on the pod (ANNOTATION_LAUNCHER, runtime/launcher.py) if it
+    """The warm launcher's report on the pod (ANNOTATION_LAUNCHER, pod/launcher.py) if it
     is about the pod's generation; else empty."""
     try:
         found = json.loads(annotations.get(names.ANNOTATION_LAUNCHER) or "{}")

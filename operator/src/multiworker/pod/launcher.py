@@ -1,4 +1,4 @@
-"""The warm launcher of a worker pod's trainer (in-place restarts, runtime/agent.py).
+"""The warm launcher of a worker pod's trainer (in-place restarts, pod/agent.py).
 
 A restart of all of a pod's containers starts the trainer's Python anew, and its first 4-5 s go
 to importing TensorFlow. As PID 1 of the trainer's container, the launcher restarts the trainer

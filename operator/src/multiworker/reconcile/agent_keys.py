@@ -1,4 +1,4 @@
-"""The key a job's in-place agents check the operator's notes with (runtime/agent.py): one
+"""The key a job's in-place agents check the operator's notes with (pod/agent.py): one
 Secret per job, owned by it (deleted with it), created before its first pods and mounted into
 the agent sidecar alone (render.py). Every note a pass sends is signed with it
 (clients/agents.py): anyone who can list pods can name a pod's uid, but only the operator

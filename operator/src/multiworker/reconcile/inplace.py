@@ -112,7 +112,7 @@ def remember_exits(p: Pass) -> Flow:
 
 def move_in_place(p: Pass) -> list[StalePod]:
     """While the group restarts in place: move the last generation's pods to the current one
-    (their agents then restart their containers, runtime/agent.py); the stale pods left to
+    (their agents then restart their containers, pod/agent.py); the stale pods left to
     delete. A pod that cannot be moved (gone) is found missing by release_in_place."""
     s = p.status
     if s.in_place_since is None:

@@ -28,7 +28,7 @@ _TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
 # reading two small files twenty times a second needs little.
 _AGENT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"},
                     "limits": {"memory": "64Mi"}}
-AGENT_RESTART_EXIT = 86  # runtime/agent.py's RESTART_EXIT
+AGENT_RESTART_EXIT = 86  # pod/agent.py's RESTART_EXIT
 _POD_INFO_PATH = "/etc/multiworker"
 _AGENT_STATE_PATH = "/run/multiworker"
 _AGENT_SCRIPT_PATH = "/opt/multiworker-agent"
@@ -177,7 +177,7 @@ def worker_env(job: Job, index: int, generation: int, agent: bool = False) -> li
         "fieldPath": f"metadata.labels['{names.LABEL_GROUP_GENERATION}']"}}} \
         if agent else {"name": contract.MWJ_RESTART_COUNT, "value": str(generation)}
     if agent:
-        # The agent's word (runtime/agent.py), which may come before the label's.
+        # The agent's word (pod/agent.py), which may come before the label's.
         values[contract.MWJ_POD_GENERATION_FILE] = f"{_AGENT_STATE_PATH}/pod-generation"
     return [addresses, node, restart_count,
             *({"name": name, "value": value} for name, value in values.items())]
@@ -241,7 +241,7 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
     """Worker `index` of group `generation`, built from spec.template; `image` replaces the
     training container's (a pinned digest), `gpu_product` selects nodes of one GPU model,
     `avoid_nodes` are never chosen (added to every required node-affinity term, and named in
-    an annotation), `agent` adds the in-place restart agent (runtime/agent.py)."""
+    an annotation), `agent` adds the in-place restart agent (pod/agent.py)."""
     template = job.spec.template.as_dict()
     metadata = template.get("metadata") or {}
     pod_spec = copy.deepcopy(template["spec"])
@@ -294,12 +294,12 @@ def render_worker_pod(job: Job, index: int, generation: int, owner: Manifest, *,
 
 
 def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> bool:
-    """The in-place restart agent (runtime/agent.py), first among the init containers: a
+    """The in-place restart agent (pod/agent.py), first among the init containers: a
     sidecar whose exit restarts all of the pod's containers, then a gate that holds the rest
     of the pod until the operator releases its generation. The trainer's own failure restarts
     the pod's containers the same way (so its pod never ends failed and can be reused), and
     the gate holds the new trainer until the operator decides. True: the trainer runs in the
-    warm launcher (runtime/launcher.py), which restarts it without the kubelet."""
+    warm launcher (pod/launcher.py), which restarts it without the kubelet."""
     image = trainer["image"]
     mounts: list[Manifest] = [{"name": names.AGENT_POD_INFO_VOLUME, "mountPath": _POD_INFO_PATH,
                "readOnly": True},
@@ -363,7 +363,7 @@ def _add_agent(job: Job, pod_spec: Manifest, trainer: Manifest) -> bool:
 
 def _wrap_in_launcher(job: Job, trainer: Manifest, warm: WarmCommand,
                       mounts: list[Manifest]) -> None:
-    """Make the warm launcher (runtime/launcher.py) the trainer's process, in the field the
+    """Make the warm launcher (pod/launcher.py) the trainer's process, in the field the
     user wrote (args keep the image's entrypoint): it runs the user's command line itself,
     in spare interpreters (warm.py). The line travels in environment variables, one word
     each and last, so the kubelet expands each word's $(VAR) references as it would in args

@@ -47,34 +47,10 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same file, as the package has it
-    from multiworker.pod.children import (
-        Child,
-        Command,
-        become_subreaper,
-        emit,
-        exit_code,
-        rendered_command,
-        resident_bytes,
-        say,
-        send,
-        start_child,
-        utc_now,
-    )
+    from multiworker.pod import children
 else:  # beside this file, first on sys.path as the pods run it (python3 launcher.py); a
     # spare never sees this folder (it runs the user's own command line)
-    from children import (
-        Child,
-        Command,
-        become_subreaper,
-        emit,
-        exit_code,
-        rendered_command,
-        resident_bytes,
-        say,
-        send,
-        start_child,
-        utc_now,
-    )
+    import children
 
 
 def _number(name: str, default: float) -> float:
@@ -112,14 +88,14 @@ def clear_termination_log() -> None:
 class Launcher:
     """Runs the pod's trainers, one generation after another, warm where a spare is ready."""
 
-    def __init__(self, agent: Any, command: Command) -> None:
+    def __init__(self, agent: Any, command: children.Command) -> None:
         self.agent, self.command = agent, command
         self.generation, self.rising_to = 0, 0
         self.state, self.path, self.why = "held", "cold", ""
         self.exit: dict[str, Any] | None = None
-        self.trainer: Child | None = None
-        self.spare: Child | None = None
-        self.children: dict[int, Child] = {}
+        self.trainer: children.Child | None = None
+        self.spare: children.Child | None = None
+        self.children: dict[int, children.Child] = {}
         self.spare_failures, self.spare_rss = 0, 0
         self.spare_off, self.spare_why = False, ""
         self.next_spare_at = self.stop_at = self.released_at = float("inf")
@@ -131,7 +107,7 @@ class Launcher:
     def run(self) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self.on_signal)
-        become_subreaper()
+        children.become_subreaper()
         self.begin()
         while True:
             self.reap()
@@ -172,7 +148,7 @@ class Launcher:
             self.rise(current)
         if self.state == "stopping" and time.monotonic() >= self.stop_at:
             assert self.trainer is not None
-            say(f"the trainer outlived {STOP_SECONDS:g}s after SIGTERM: SIGKILL")
+            children.say(f"the trainer outlived {STOP_SECONDS:g}s after SIGTERM: SIGKILL")
             self.trainer.signal_group(signal.SIGKILL)
             self.stop_at = float("inf")
         if self.state == "held":
@@ -195,16 +171,16 @@ class Launcher:
             if child is not None:
                 child.exited(status)
 
-    def adopt(self, child: Child) -> Child:
+    def adopt(self, child: children.Child) -> children.Child:
         self.children[child.pid] = child
         return child
 
-    def start_spare(self) -> Child:
+    def start_spare(self) -> children.Child:
         status_read, status_write = os.pipe()
         command_read, command_write = os.pipe()
         argv, env = self.command.spare(status_write, command_read)
         try:
-            child = start_child(argv, env, live=False, keep=(status_write, command_read))
+            child = children.start_child(argv, env, live=False, keep=(status_write, command_read))
         except BaseException:
             os.close(status_read)
             os.close(command_write)
@@ -216,7 +192,7 @@ class Launcher:
         child.status_fd, child.command_fd = status_read, command_write
         return self.adopt(child)
 
-    def check_ready(self, child: Child) -> None:
+    def check_ready(self, child: children.Child) -> None:
         """Whether a spare said "ready" yet; its size then is what the next one needs."""
         if not child.importing:
             return
@@ -229,7 +205,7 @@ class Launcher:
             child.said = child.said or said.decode(errors="replace").strip()  # why it fails
         else:
             child.ready_at = time.monotonic()
-            self.spare_rss = resident_bytes(child.pid) or self.spare_rss
+            self.spare_rss = children.resident_bytes(child.pid) or self.spare_rss
             self.spare_failures, self.spare_why = 0, ""
 
     def watch_spare(self) -> None:
@@ -246,10 +222,10 @@ class Launcher:
         self.spare_failures += 1
         if self.spare_failures >= SPARE_FAILURES:
             self.spare_off, self.spare_why = True, f"failed twice in a row: {reason}"
-            say(f"spare failed ({reason}); no more spares: later generations start cold")
+            children.say(f"spare failed ({reason}); no more spares: later generations start cold")
         else:
             self.spare_why = f"failed: {reason}"
-            say(f"spare failed ({reason})")
+            children.say(f"spare failed ({reason})")
 
     def dismiss_spare(self) -> None:
         spare, self.spare = self.spare, None
@@ -270,7 +246,7 @@ class Launcher:
         short = self.memory_short()
         if short:
             if not self.spare_off:
-                say(f"no spare: {short}")
+                children.say(f"no spare: {short}")
             self.spare_off, self.spare_why = True, short
             return
         self.spare_off = False
@@ -290,7 +266,7 @@ class Launcher:
 
     # -- generations
 
-    def go(self, spare: Child | None, why: str) -> None:
+    def go(self, spare: children.Child | None, why: str) -> None:
         """Start the trainer of self.generation: in `spare` (warm where it is ready and no
         `why` says otherwise), or cold."""
         if why:
@@ -300,31 +276,31 @@ class Launcher:
             how = f"warm start (spare ready for {time.monotonic() - spare.ready_at:.1f}s)"
         clear_termination_log()
         worker = os.environ.get("MWJ_WORKER_INDEX", "?")
-        emit(f"==== multiworker: generation {self.generation} of worker {worker}, {how} "
-             f"at {utc_now()} ====\n".encode())
+        children.emit(f"==== multiworker: generation {self.generation} of worker {worker}, {how} "
+             f"at {children.utc_now()} ====\n".encode())
         env = {**os.environ, "MWJ_RESTART_COUNT": str(self.generation),
                "PYTHONUNBUFFERED": "1"}
         self.trainer = self.send_go(spare, env) if spare is not None else self.start_cold(env)
-        self.trainer.trained_from = utc_now()
+        self.trainer.trained_from = children.utc_now()
         self.state, self.path, self.why, self.exit = "running", "cold" if why else "warm", \
             why, None
         self.next_spare_at = time.monotonic() + SPARE_DELAY
 
-    def send_go(self, spare: Child, env: dict[str, str]) -> Child:
+    def send_go(self, spare: children.Child, env: dict[str, str]) -> children.Child:
         """The go: one JSON line on the spare's command pipe, from a thread of its own (an
         importing spare reads it only when ready, and a pipe holds 64 KiB)."""
         go = {"env": env}
         fd, spare.command_fd = spare.command_fd, None
         assert fd is not None
         spare.output.go_live()
-        threading.Thread(target=send, args=(fd, json.dumps(go).encode() + b"\n"),
+        threading.Thread(target=children.send, args=(fd, json.dumps(go).encode() + b"\n"),
                          daemon=True).start()
         return spare
 
-    def start_cold(self, env: dict[str, str]) -> Child:
-        return self.adopt(start_child(self.command.line, env, live=True))
+    def start_cold(self, env: dict[str, str]) -> children.Child:
+        return self.adopt(children.start_child(self.command.line, env, live=True))
 
-    def trainer_ended(self, trainer: Child) -> int | None:
+    def trainer_ended(self, trainer: children.Child) -> int | None:
         """The trainer's process ended: end its group, and go on as its exit says. An exit 0
         ends the launcher (returned); a spare that failed before its first go is replaced by
         a cold start."""
@@ -342,7 +318,7 @@ class Launcher:
         if self.state == "stopping":
             self.hold(self.rising_to)
             return None
-        code, signum = exit_code(trainer.status)
+        code, signum = children.exit_code(trainer.status)
         self.state, self.exit = "exited", self.exit_record(code, signum, trainer)
         self.next_spare_at = min(self.next_spare_at, time.monotonic())  # no trainer to slow
         if code == 0:
@@ -351,11 +327,11 @@ class Launcher:
         return None
 
     @staticmethod
-    def exit_record(code: int, signum: int | None, trainer: Child) -> dict[str, Any]:
+    def exit_record(code: int, signum: int | None, trainer: children.Child) -> dict[str, Any]:
         """The trainer's end as the kubelet would have reported its container's."""
         return {"exitCode": code, "signal": signum, "reason": "Completed" if code == 0
                 else "Error", "message": termination_log() or trainer.output.last_lines(),
-                "startedAt": trainer.trained_from or None, "finishedAt": utc_now()}
+                "startedAt": trainer.trained_from or None, "finishedAt": children.utc_now()}
 
     def rise(self, current: int) -> None:
         """The pod's generation rose to `current`: stop the trainer, or hold."""
@@ -364,7 +340,7 @@ class Launcher:
         elif self.state == "stopping":
             self.rising_to = max(self.rising_to, current)
         else:
-            say(f"generation {self.generation} -> {current}: stopping the trainer")
+            children.say(f"generation {self.generation} -> {current}: stopping the trainer")
             self.state, self.rising_to = "stopping", current
             self.stop_at = time.monotonic() + STOP_SECONDS
             self.trainer.signal_group(signal.SIGTERM)
@@ -416,7 +392,7 @@ class Launcher:
         if not self.forwarded:
             self.forwarded = True
             assert self.signalled is not None
-            say(f"{signal.Signals(self.signalled).name}: stopping the trainer")
+            children.say(f"{signal.Signals(self.signalled).name}: stopping the trainer")
             self.dismiss_spare()
             self.state = "stopping"
             if trainer is not None:
@@ -429,7 +405,7 @@ class Launcher:
         self.trainer = None
         trainer.signal_group(signal.SIGKILL)
         trainer.output.drain(DRAIN_SECONDS)
-        code, signum = exit_code(trainer.status)
+        code, signum = children.exit_code(trainer.status)
         self.state, self.exit = "exited", self.exit_record(code, signum, trainer)
         return code
 
@@ -465,7 +441,7 @@ class Launcher:
 
 
 def main() -> int:
-    command = rendered_command()
+    command = children.rendered_command()
     import agent  # beside this file (sys.path[0]); not in a spare, whose user may have one
 
     launcher = Launcher(agent, command)

@@ -94,7 +94,7 @@ def test_a_pass_skipped_during_a_lease_lapse_runs_again_once_the_lease_is_renewe
     controller.elector.step(NAMESPACE)
     controller.queue = type(controller.queue)()  # what leading queued: done
     clock.t += 11  # the renewal is late: past the deadline
-    asyncio.run(controller._process(KEY))  # a due pass: skipped, not leading
+    asyncio.run(controller.passes.process(KEY))  # a due pass: skipped, not leading
     assert len(controller.queue) == 0
     controller.elector.step(NAMESPACE)  # the renewal lands
     assert len(controller.queue) == 1
@@ -117,17 +117,20 @@ def test_a_created_pod_the_watch_already_showed_is_not_expected_again() -> None:
     async def pass_ends() -> None:  # (the events and the resync are queued on the loop)
         controller._on_pod("ADDED", None, pod)  # the watch is faster than the pass
         controller._on_pod("DELETED", pod, None)  # and the pod is gone at once
-        controller._after(KEY, Outcome(created=("demo-worker-0", "demo-worker-1")),
-                          datetime.now(UTC), began)
+        controller.passes.after(KEY, Outcome(created=("demo-worker-0", "demo-worker-1")),
+                                datetime.now(UTC), began)
 
     asyncio.run(pass_ends())
-    assert controller._still_expected(KEY) == frozenset({"demo-worker-1"})
+    assert controller.passes.still_expected(KEY) == frozenset({"demo-worker-1"})
 
 
 def test_pod_events_of_a_large_group_wake_its_job_once_after_a_batch_period() -> None:
     """A pass reads the whole group: 1,024 workers' events within 0.5 s make one pass, not
     one each; an 8-worker job waits 25 ms, 64 workers 32 ms."""
-    from multiworker.controller import POD_BATCH_MAX_SECONDS, _pod_batch_seconds
+    from multiworker.controller.controller import (
+        POD_BATCH_MAX_SECONDS,
+        _pod_batch_seconds,
+    )
 
     controller = Controller(None, [NAMESPACE], None)  # type: ignore[arg-type]
     controller.view.job_store.put(job_body(workers=1024))
@@ -161,7 +164,7 @@ def test_pod_events_of_a_job_gone_wake_nothing_and_leave_nothing() -> None:
            "spec": {"nodeName": "node-1"}}
     controller._on_pod("ADDED", None, pod)
     controller._on_pod("DELETED", pod, None)
-    assert len(controller.queue) == 0 and not controller._pod_seen
+    assert len(controller.queue) == 0 and not controller.passes._pod_seen
     assert controller._pods_by_node.indexes() == []
     controller.view.job_store.put(job_body())
 
@@ -170,7 +173,7 @@ def test_pod_events_of_a_job_gone_wake_nothing_and_leave_nothing() -> None:
 
     asyncio.run(added())
     assert controller._pods_by_node.indexes() == [("", "node-1")]
-    assert KEY in controller._pod_seen
+    assert KEY in controller.passes._pod_seen
 
 
 class FinalizerLog:
@@ -189,7 +192,7 @@ def test_a_deleted_jobs_workload_is_released_whichever_watch_delivers_first() ->
     Workloads of that job (its uid), not of a job re-created under its name."""
     cluster = FinalizerLog()
     controller = Controller(cluster, [NAMESPACE], None)  # type: ignore[arg-type]
-    controller._synced = True  # started: its first lists are in
+    controller.workloads.synced = True  # started: its first lists are in
     job = job_body()
 
     def workload(name: str, uid: str) -> dict[str, Any]:
@@ -241,8 +244,8 @@ def test_a_workload_whose_job_went_while_no_instance_led_is_released_by_the_next
             controller.view.workload_store.put(w)
             controller._on_workload("ADDED", None, w)  # the first lists, caches not synced
         controller.view.job_store.put(job_body())
-        controller._synced = True
-        controller._release_orphans_in(None)  # as start() does once synced: not leading yet
+        controller.workloads.synced = True
+        controller.workloads.sweep(None)  # as start() does once synced: not leading yet
         await asyncio.sleep(0.1)
         assert cluster.dropped == []
         assert controller.elector is not None and controller.elector._wanted == {NAMESPACE}
@@ -257,7 +260,7 @@ def test_a_namespace_with_only_an_orphaned_workload_is_led_until_it_is_let_go() 
     controller = Controller(FinalizerLog(), [NAMESPACE], "me")  # type: ignore[arg-type]
     controller.elector = Elector(LeaseAPI(), "me", controller._leadership_changed,  # type: ignore[arg-type]
                                  clock=Clock())
-    controller._synced = True
+    controller.workloads.synced = True
     orphan = {"metadata": {"name": "gone-1", "namespace": NAMESPACE, "finalizers": [FINALIZER],
                            "deletionTimestamp": "2026-11-28T00:00:00Z",
                            "labels": {"multiworker.dev/job-name": "gone"}}}

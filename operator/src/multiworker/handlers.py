@@ -1,5 +1,5 @@
 """Thin kopf wiring: kopf runs the process (signals, login, the liveness endpoint); the
-controller (controller.py) does the watching, queueing and reconciling.
+controller (controller/) does the watching, queueing and reconciling.
 
 kopf's own resource watches are not used: the controller's informers keep caches that stay
 correct across `410 Gone` (informer.py says why), and its Lease-based leader election covers

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from multiworker.api import names
-from multiworker.clients.kube import (
+from multiworker.clients.footprint import (
     FOOTPRINT,
     KUEUE_CLUSTER_FOOTPRINT,
     KUEUE_FOOTPRINT,
@@ -84,7 +84,7 @@ def triples(groups: list[str], resources: list[str], verbs: list[str]) -> set[tu
     return {(g, r, v) for g in groups for r in resources for v in verbs}
 
 
-# The operator's whole API footprint, from the code (k8s.FOOTPRINT): namespaced, and nodes.
+# The operator's whole API footprint, from the code (clients/footprint.py): namespaced, and nodes.
 JOB_RULES = {(group, resource, verb) for (group, resource), verbs in FOOTPRINT.items()
              if resource != "nodes" for verb in verbs}
 CLUSTER_SCOPED_RULES = triples([""], ["nodes"], ["get", "list", "watch"]) | {("", "pods", "list")}  # elastic room
@@ -94,7 +94,7 @@ NODE_LEASE_RULES = {(group, resource, verb)
 
 
 def test_default_is_cluster_wide_with_leader_election(tmp_path: Path) -> None:
-    """The RBAC grants exactly what the code calls (k8s.FOOTPRINT): no more, no less."""
+    """The RBAC grants exactly what the code calls (clients/footprint.py): no more, no less."""
     objs = template(tmp_path)
     assert kinds(objs) == [
         "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",

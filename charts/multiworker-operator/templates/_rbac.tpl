@@ -1,6 +1,6 @@
 {{/*
-The operator's least-privilege rules: exactly the calls its code makes (operator/src/
-multiworker/clients/kube.py and the informers in controller.py), with the reason for each. Used by
+The operator's least-privilege rules: exactly the calls its code makes (listed in operator/src/
+multiworker/clients/footprint.py), with the reason for each. Used by
 rbac.yaml: as one ClusterRole when cluster-wide, or as a Role in every watched namespace plus a
 ClusterRole for what is cluster-scoped by nature. tests/unit/test_chart.py checks this list
 against the code's REST calls; the e2e suite runs the operator under it.

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from multiworker.clients import agents
 from multiworker.clients.agents import AgentNote, note_body, note_url
-from multiworker.pod import agent as agent_module
-from multiworker.reconcile.render import agent_script
+from multiworker.pod import notes
+from multiworker.reconcile.render import shipped_items, shipped_scripts
 
 from tests.support import free_port, wait_for
 
@@ -28,8 +28,11 @@ KEY = b"0123456789abcdef" * 4  # the job's key, as its Secret holds it (hex text
 
 
 def start(tmp_path: Path, mode: str, port: int = 0) -> subprocess.Popen[bytes]:
+    for item in shipped_items():  # as the job's ConfigMap volume lays them out
+        path = tmp_path / item["path"]
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(shipped_scripts()[item["key"]])
     script = tmp_path / "agent.py"
-    script.write_text(agent_script())
     env = {"MWJ_AGENT_POD_INFO": str(tmp_path / "pod"),
            "MWJ_AGENT_STATE": str(tmp_path / "state"),
            "MWJ_AGENT_PORT": str(port), "MWJ_AGENT_POD_UID": "uid-1",
@@ -292,7 +295,7 @@ def test_clients_trickling_their_requests_cannot_keep_the_operator_out(tmp_path:
         # Each trickler notices its drop at its next byte (1 s apart), and a loaded machine
         # delays the reaper's rounds: well within twice the deadline, against the tricklers'
         # 26 s of bytes, for which the per-read timeout once held them all.
-        assert max(dropped) < 2 * agent_module.READ_SECONDS, dropped
+        assert max(dropped) < 2 * notes.READ_SECONDS, dropped
     finally:
         stop.set()
         watch.kill()

@@ -22,7 +22,7 @@ from multiworker.decide.inplace import (
 )
 from multiworker.decide.nodes import NodeTrouble
 from multiworker.decide.workers import WorkerPhase, WorkerState, classify
-from multiworker.pod import agent as agent_module
+from multiworker.pod import notes
 from multiworker.reconcile.render import owner_reference, pod_digest, render_worker_pod
 
 from tests.unit.builders import JOB_UID, make_job, make_spec
@@ -442,7 +442,7 @@ def test_an_in_place_job_signs_every_note_with_its_own_key(
 ) -> None:
     """The Secret is created before the pods, owned by the job (deleted with it); each pass
     that tells the agents reads it and signs (the operator keeps no copy: a new leader signs
-    alike), and the agent's own check (pod/agent.py) accepts what it signed."""
+    alike), and the agent's own check (pod/notes.py) accepts what it signed."""
     cluster = running(restartPolicy={"backoffSeconds": 0})
     secret = secret_of(cluster)
     assert secret["metadata"]["name"] == names.agent_key_name("demo", JOB_UID)
@@ -454,11 +454,11 @@ def test_an_in_place_job_signs_every_note_with_its_own_key(
     moved = step(cluster)
     assert len(moved.agent_notes) == 3 and {n.key for n in moved.agent_notes} == {key}
     (tmp_path / "key").write_bytes(key)
-    monkeypatch.setattr(agent_module, "KEY_FILE", str(tmp_path / "key"))
+    monkeypatch.setattr(notes, "KEY_FILE", str(tmp_path / "key"))
     for note in moved.agent_notes:
-        assert agent_module.unsigned(note_body(note), time.time()) is None
+        assert notes.unsigned(note_body(note), time.time()) is None
     (tmp_path / "key").write_bytes(b"0" * 64)  # another job's key
-    assert agent_module.unsigned(note_body(moved.agent_notes[0]), time.time()) is not None
+    assert notes.unsigned(note_body(moved.agent_notes[0]), time.time()) is not None
 
 
 def test_a_recreated_job_has_no_key_and_sends_no_notes() -> None:

@@ -114,8 +114,8 @@ def test_an_in_place_pod_runs_its_trainer_in_the_launcher_keeping_the_entrypoint
     items = next(v for v in pod["spec"]["volumes"]
                  if v["name"] == names.AGENT_SCRIPT_VOLUME)["configMap"]["items"]
     # Every file of multiworker/pod/ beside the agent, the hook as the spares' sitecustomize.
-    assert {i["path"] for i in items} == {"agent.py", "launcher.py", "children.py",
-                                          "warm/sitecustomize.py"}
+    assert {i["path"] for i in items} == {"agent.py", "notes.py", "state.py", "launcher.py",
+                                          "children.py", "warm/sitecustomize.py"}
     assert pod["metadata"]["annotations"][names.ANNOTATION_WARM_AGENT_PORT] == "8472"
 
 

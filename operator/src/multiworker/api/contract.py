@@ -50,7 +50,7 @@ MWJ_TEST_FINGERPRINT_OVERRIDE = "MWJ_TEST_FINGERPRINT_OVERRIDE"
 
 DEFAULT_PROGRESS_PORT = 8471
 # Where a pod's in-place restart agent listens for the operator's word of a new generation
-# (spec.restartPolicy.agentPort; pod/agent.py).
+# (spec.restartPolicy.agentPort; pod/notes.py).
 DEFAULT_AGENT_PORT = 8472
 AGENT_NOTE_PATH = "/generation"
 # Where the operator long-polls a pod's agent for its warm launcher's report (pod/launcher.py).

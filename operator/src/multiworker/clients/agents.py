@@ -56,7 +56,7 @@ def signed(notes: Sequence[AgentNote], key: bytes | None) -> list[AgentNote]:
 
 def signature(key: bytes, path: str, uid: str, generation: int | None, released: int | None,
               expires: int) -> str:
-    """HMAC-SHA256 of what a request says (pod/agent.py checks the same message)."""
+    """HMAC-SHA256 of what a request says (pod/notes.py checks the same message)."""
     message = json.dumps([path, uid, generation, released, expires], separators=(",", ":"))
     return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
 

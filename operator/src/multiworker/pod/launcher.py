@@ -3,7 +3,7 @@
 A restart of all of a pod's containers starts the trainer's Python anew, and its first 4-5 s go
 to importing TensorFlow. As PID 1 of the trainer's container, the launcher restarts the trainer
 itself: it keeps one spare interpreter that has already imported the heavy modules, holds each
-new generation as the gate does (agent.gate), and hands the released one to the spare. Runs
+new generation as the gate does (agent.py's gate), and hands the released one to the spare. Runs
 with the python3 of the trainer's image (the operator ships it beside agent.py in the job's
 ConfigMap), stdlib only, as `python3 launcher.py`: the user's own command line is in
 MWJ_LAUNCHER_ARG_0 ... (MWJ_LAUNCHER_ARGC words, each expanded by the kubelet as in args), the
@@ -62,8 +62,8 @@ SPARE_DELAY = _number("MWJ_LAUNCHER_SPARE_DELAY", 15)
 SPARE_WAIT = _number("MWJ_LAUNCHER_SPARE_WAIT", 30)
 TERMINATION_LOG = os.environ.get("MWJ_LAUNCHER_TERMINATION_LOG", "/dev/termination-log")
 CGROUP = os.environ.get("MWJ_LAUNCHER_CGROUP", "/sys/fs/cgroup")
-REPORT = "launcher.json"  # in the agent's STATE
-POLL_SECONDS = 0.05  # agent.POLL_SECONDS
+REPORT = "launcher.json"  # in the agents' STATE (state.LAUNCHER_REPORT)
+POLL_SECONDS = 0.05  # state.POLL_SECONDS
 BEAT_SECONDS = 0.5
 SPARE_FAILURES = 2  # in a row: spares off, later generations start cold
 MEMORY_MARGIN = 1.5  # free memory needed, in sizes of the last spare
@@ -88,8 +88,8 @@ def clear_termination_log() -> None:
 class Launcher:
     """Runs the pod's trainers, one generation after another, warm where a spare is ready."""
 
-    def __init__(self, agent: Any, command: children.Command) -> None:
-        self.agent, self.command = agent, command
+    def __init__(self, pod: Any, command: children.Command) -> None:
+        self.pod, self.command = pod, command  # pod: state.py, the pod's generation
         self.generation, self.rising_to = 0, 0
         self.state, self.path, self.why = "held", "cold", ""
         self.exit: dict[str, Any] | None = None
@@ -125,9 +125,9 @@ class Launcher:
         # A launcher restarted with its container (the kubelet's restart of all of them)
         # counts on from the report its predecessor left in the pod's state: counted from 0
         # again, a version the operator has seen would be news its long poll sits on.
-        last = (self.agent.launcher_report() or {}).get("version")
+        last = (self.pod.launcher_report() or {}).get("version")
         self.version = last if isinstance(last, int) and not isinstance(last, bool) else 0
-        opened, current = self.agent.opened(), self.agent.generation()
+        opened, current = self.pod.opened(), self.pod.generation()
         self.generation = opened if opened is not None else current or 0
         if current is not None and current > self.generation:
             self.hold(current)
@@ -143,7 +143,7 @@ class Launcher:
             code = self.trainer_ended(self.trainer)
             if code is not None:
                 return code
-        current: int | None = self.agent.generation()
+        current: int | None = self.pod.generation()
         if current is not None and current > self.generation:
             self.rise(current)
         if self.state == "stopping" and time.monotonic() >= self.stop_at:
@@ -254,8 +254,8 @@ class Launcher:
 
     def memory_short(self) -> str:
         """Why one more spare would not fit in the container's memory (cgroup v2), or ""."""
-        limit = self.agent._read(os.path.join(CGROUP, "memory.max"))  # "max": no limit
-        used = self.agent._read(os.path.join(CGROUP, "memory.current"))
+        limit = self.pod.read_number(os.path.join(CGROUP, "memory.max"))  # "max": no limit
+        used = self.pod.read_number(os.path.join(CGROUP, "memory.current"))
         if not self.spare_rss or limit is None or used is None:
             return ""
         free = limit - used
@@ -353,8 +353,8 @@ class Launcher:
     def try_go(self) -> None:
         """Go once the held generation is released and not yet opened (the gate's rule), in
         the spare once it is ready (it is ahead of a cold start: up to SPARE_WAIT s)."""
-        current, released, opened = (self.agent.generation(), self.agent.released(),
-                                     self.agent.opened())
+        current, released, opened = (self.pod.generation(), self.pod.released(),
+                                     self.pod.opened())
         if current != self.generation or released != current or \
                 (opened is not None and opened >= current):
             return
@@ -378,8 +378,8 @@ class Launcher:
 
     def open(self, generation: int) -> None:
         """Mark `generation` opened, as the gate does."""
-        self.agent.publish(generation)
-        opened_file = os.path.join(self.agent.STATE, "opened")
+        self.pod.publish(generation)
+        opened_file = os.path.join(self.pod.STATE, "opened")
         with open(opened_file + ".tmp", "w") as f:
             f.write(str(generation))
         os.replace(opened_file + ".tmp", opened_file)
@@ -431,7 +431,7 @@ class Launcher:
             self.version, self.reported = self.version + 1, news
         elif now - self.beat_at < BEAT_SECONDS:
             return
-        path = os.path.join(self.agent.STATE, REPORT)
+        path = os.path.join(self.pod.STATE, REPORT)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump({"pid": os.getpid(), "version": self.version, "beat": time.time(),
@@ -442,9 +442,9 @@ class Launcher:
 
 def main() -> int:
     command = children.rendered_command()
-    import agent  # beside this file (sys.path[0]); not in a spare, whose user may have one
+    import state  # beside this file (sys.path[0]); not in a spare, whose user may have one
 
-    launcher = Launcher(agent, command)
+    launcher = Launcher(state, command)
     try:
         return launcher.run()
     except Exception:

@@ -53,11 +53,6 @@ def shipped_scripts() -> dict[str, str]:
             if f.name.endswith(".py") and f.name != "__init__.py"}
 
 
-def agent_script() -> str:
-    """pod/agent.py, as shipped."""
-    return shipped_scripts()[names.AGENT_SCRIPT_KEY]
-
-
 def shipped_items() -> list[Manifest]:
     """The ConfigMap volume's items: each shipped file beside the agent (the warm hook in its
     own folder)."""

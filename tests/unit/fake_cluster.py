@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from multiworker.api import names
-from multiworker.clients.kube import (
+from multiworker.clients.writes import (
     Conflict,
     Created,
     GenerationDeletion,

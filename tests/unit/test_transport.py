@@ -19,8 +19,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from multiworker.clients import metrics
-from multiworker.clients.kube import (
-    Cluster,
+from multiworker.clients.kube import Cluster
+from multiworker.clients.transport import ClientSettings, Transport
+from multiworker.clients.writes import (
     Created,
     GenerationDeletion,
     PodDeletion,
@@ -28,7 +29,6 @@ from multiworker.clients.kube import (
     RefusalKind,
     Refused,
 )
-from multiworker.clients.transport import ClientSettings, Transport
 
 # The answer for a pod named so: (HTTP status, the server's message).
 ANSWERS = {"exists": (409, "already exists"), "quota": (403, "exceeded quota: gpus"),

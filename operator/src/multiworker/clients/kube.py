@@ -9,14 +9,11 @@ Objects travel as plain camelCase dicts, exactly as the API returns them, so the
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import socket
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 from urllib.parse import urlencode
 
@@ -27,6 +24,17 @@ from multiworker.api.conditions import bounded
 from multiworker.api.schema import format_time
 from multiworker.clients.heartbeats import NODE_LEASES_PATH
 from multiworker.clients.transport import Call, Transport
+from multiworker.clients.writes import (
+    Conflict,
+    Created,
+    GenerationDeletion,
+    Gone,
+    PodDeletion,
+    PodPatch,
+    Refused,
+    refusal_kind,
+    server_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,94 +46,6 @@ DELETE_SHARD = 8  # pods per DeleteCollection call: the API server deletes them 
 
 MERGE = "application/merge-patch+json"
 API_SERVED_TTL_SECONDS = 30.0  # how long a discovery answer (is the PodGroup API served?) holds
-
-
-class Created(StrEnum):
-    CREATED = "Created"
-    EXISTS = "Exists"  # 409: it was there already; the caller checks who controls it
-
-
-class RefusalKind(StrEnum):
-    """Why the API server refused to create an object — each calls for a different answer."""
-
-    INVALID = "Invalid"  # 400/422: the object itself is wrong; retrying cannot help
-    FORBIDDEN = "Forbidden"  # 403: admission (PodSecurity, a webhook, LimitRange) said no
-    QUOTA = "QuotaExceeded"  # 403 from ResourceQuota: may pass once other pods finish
-    # 403 from ServiceAccount admission: a new namespace's "default" comes a moment after the
-    # namespace, and `kubectl apply -f dir/` may create the job before its account
-    SERVICE_ACCOUNT = "ServiceAccountMissing"
-
-
-class Refused(Exception):
-    """The API server refused to create an object; `message` is the server's own words."""
-
-    def __init__(self, kind: RefusalKind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-
-
-class Conflict(Exception):
-    """The object changed since we read it (optimistic concurrency): read again."""
-
-
-class Gone(Exception):
-    """The object no longer exists (404 on an update)."""
-
-
-def _server_message(error: ApiException) -> str:
-    try:
-        return str(json.loads(error.body or "{}").get("message") or error.reason)
-    except ValueError:
-        return str(error.reason)
-
-
-def refusal_kind(status: int, message: str) -> RefusalKind | None:
-    """Which refusal a failed create is (None: not a refusal, e.g. 500 or a timeout)."""
-    if status in (400, 422):
-        return RefusalKind.INVALID
-    if status == 403:
-        if "exceeded quota" in message:
-            return RefusalKind.QUOTA
-        if "error looking up service account" in message:
-            return RefusalKind.SERVICE_ACCOUNT
-        return RefusalKind.FORBIDDEN
-    return None
-
-
-@dataclass(frozen=True)
-class PodDeletion:
-    namespace: str
-    name: str
-    uid: str  # only this pod, never a newer one of the same name
-    grace: int | None = None  # None: the pod's own terminationGracePeriodSeconds
-
-
-@dataclass(frozen=True)
-class GenerationDeletion:
-    """The pods of one generation of a job, deleted by label selector in a few calls instead of
-    one per pod (Cluster.delete_generation): a restart of 1,024 workers was ~1,024 DELETEs."""
-
-    namespace: str
-    job: str
-    generation: int
-    pods: tuple[PodDeletion, ...]  # each with its worker index in `indexes`, same order
-    indexes: tuple[int, ...]
-    grace: int | None = None  # None: each pod's own terminationGracePeriodSeconds
-    # Pods carrying this generation's labels to leave alone, by name: already terminating
-    # (a second DELETE may shorten their grace) or not the job's (a copy with its labels).
-    spared: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PodPatch:
-    """Labels and annotations to merge into one pod (in-place restarts)."""
-
-    namespace: str
-    name: str
-    uid: str  # only this pod, never a newer one of the same name
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 class Cluster:
@@ -395,7 +315,7 @@ def _created(error: ApiException | None) -> Created:
         return Created.CREATED
     if error.status == 409:
         return Created.EXISTS
-    message = _server_message(error)
+    message = server_message(error)
     kind = refusal_kind(error.status or 0, message)
     if kind is not None:
         raise Refused(kind, message) from error

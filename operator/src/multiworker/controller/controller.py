@@ -25,13 +25,14 @@ from multiworker.clients import metrics
 from multiworker.clients.agents import Agents
 from multiworker.clients.heartbeats import NODE_LEASES_PATH, slim_lease
 from multiworker.clients.informer import Informer, Key, Store
-from multiworker.clients.kube import Cluster, PodPatch
+from multiworker.clients.kube import Cluster
 from multiworker.clients.launchers import Launchers, LauncherTarget
 from multiworker.clients.leader import Elector
 from multiworker.clients.poller import Poller
 from multiworker.clients.relay import LoopRelay
 from multiworker.clients.shapes import NODE, OBJECT, POD, Shape
 from multiworker.clients.workqueue import WorkQueue
+from multiworker.clients.writes import PodPatch
 from multiworker.controller.passes import PassRunner
 from multiworker.controller.workloads import GoneJobsWorkloads, workload_job
 from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS

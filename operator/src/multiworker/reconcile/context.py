@@ -13,7 +13,7 @@ from multiworker.api.conditions import Status, Type, set_condition
 from multiworker.api.job import Job
 from multiworker.api.status import JobStatus
 from multiworker.clients.agents import AgentNote
-from multiworker.clients.kube import Created, GenerationDeletion, PodDeletion, PodPatch, Refused
+from multiworker.clients.writes import Created, GenerationDeletion, PodDeletion, PodPatch, Refused
 from multiworker.decide.nodes import NodeTrouble
 from multiworker.decide.observe import ObservedGroup
 from multiworker.decide.progress import GroupHealth, Targets

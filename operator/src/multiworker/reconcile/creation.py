@@ -11,7 +11,7 @@ from typing import Any
 from multiworker.api import names
 from multiworker.api.conditions import Reason, Type, find
 from multiworker.api.status import Phase
-from multiworker.clients.kube import Created, RefusalKind, Refused
+from multiworker.clients.writes import Created, RefusalKind, Refused
 from multiworker.decide.gpus import GpuRequestError, gpus_per_worker, held_gpus, place
 from multiworker.decide.inplace import agent_blocker
 from multiworker.decide.ownership import Owned, ownership

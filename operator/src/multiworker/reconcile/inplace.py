@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from multiworker.api import names
 from multiworker.clients.agents import AgentNote
-from multiworker.clients.kube import PodPatch
+from multiworker.clients.writes import PodPatch
 from multiworker.decide.inplace import RETELL_EVERY, STOP_BOUND, retell_at, stop_deadline
 from multiworker.decide.observe import StalePod
 from multiworker.decide.workers import WAITING_FOR_RELEASE, WorkerPhase, WorkerState, exit_record

@@ -15,7 +15,7 @@ from dataclasses import replace
 from multiworker.api import names
 from multiworker.api.conditions import Reason, Type, find, is_true
 from multiworker.api.status import Phase
-from multiworker.clients.kube import Conflict, Created, Gone, Refused
+from multiworker.clients.writes import Conflict, Created, Gone, Refused
 from multiworker.decide.queueing import (
     FINALIZER,
     GROUP_VERSION,

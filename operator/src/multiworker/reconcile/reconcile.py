@@ -26,7 +26,7 @@ from multiworker.api.job import InvalidJobSpec, Job
 from multiworker.api.spec import CleanPodPolicy
 from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus, parse_status
 from multiworker.clients.agents import AgentNote, signed
-from multiworker.clients.kube import Conflict, GenerationDeletion, Gone, PodDeletion
+from multiworker.clients.writes import Conflict, GenerationDeletion, Gone, PodDeletion
 from multiworker.decide.fit import may_host
 from multiworker.decide.gpus import (
     GPU_RESOURCE,

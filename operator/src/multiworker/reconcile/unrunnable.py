@@ -9,7 +9,7 @@ from typing import Any
 
 from multiworker.api.conditions import Reason, Type, find, set_condition
 from multiworker.api.status import JobStatus, Phase, parse_status
-from multiworker.clients.kube import Conflict, PodDeletion
+from multiworker.clients.writes import Conflict, PodDeletion
 from multiworker.decide.ownership import controlled_by
 from multiworker.logs import job_logger
 from multiworker.reconcile.commit import emit, write

@@ -12,14 +12,8 @@ from typing import Any
 
 from multiworker.clients.heartbeats import Heartbeats, slim_lease
 from multiworker.clients.informer import Key, Store
-from multiworker.clients.kube import (
-    Cluster,
-    Created,
-    GenerationDeletion,
-    PodDeletion,
-    PodPatch,
-    Refused,
-)
+from multiworker.clients.kube import Cluster
+from multiworker.clients.writes import Created, GenerationDeletion, PodDeletion, PodPatch, Refused
 from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS
 
 Manifest = dict[str, Any]

@@ -12,6 +12,15 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the same file, as the package has it
+    from multiworker.pod import state
+else:
+    try:  # beside this file, first on sys.path as the pods run it (python3 launcher.py)
+        import state
+    except ImportError:  # imported from the package (the tests)
+        from multiworker.pod import state
 
 # The user's own command line, as the operator renders it (api/contract.py's names).
 ARGC_ENV = "MWJ_LAUNCHER_ARGC"  # how many words; the words in ARG_ENV0, ARG_ENV1, ...
@@ -24,6 +33,8 @@ TAIL_BYTES = 4096  # of a trainer's output, for its exit record
 HELD_BYTES = 1 << 16  # of a spare's output before its go, shown after its header
 MESSAGE_LINES, MESSAGE_BYTES = 20, 2048
 PREFIX = "multiworker launcher: "
+CGROUP = os.environ.get("MWJ_LAUNCHER_CGROUP", "/sys/fs/cgroup")
+MEMORY_MARGIN = 1.5  # free memory needed, in sizes of the last spare
 
 
 _stdout = threading.Lock()
@@ -152,6 +163,57 @@ def start_child(argv: list[str], env: dict[str, str], live: bool,
     finally:
         os.close(write_fd)
     return Child(popen, Output(read_fd, live))
+
+
+def start_spare(command: Command) -> Child:
+    """A spare: the user's command line with the warm hook, its status pipe (it says "ready"
+    there once its preloads are imported) and its command pipe (its go) kept open."""
+    status_read, status_write = os.pipe()
+    command_read, command_write = os.pipe()
+    argv, env = command.spare(status_write, command_read)
+    try:
+        child = start_child(argv, env, live=False, keep=(status_write, command_read))
+    except BaseException:
+        os.close(status_read)
+        os.close(command_write)
+        raise
+    finally:
+        os.close(status_write)
+        os.close(command_read)
+    os.set_blocking(status_read, False)
+    child.status_fd, child.command_fd = status_read, command_write
+    return child
+
+
+def heard_ready(child: Child) -> bool:
+    """Whether a spare still importing has just said "ready" on its status pipe (anything
+    else it says is why it fails, kept for its failure's description)."""
+    if not child.importing:
+        return False
+    assert child.status_fd is not None
+    try:
+        said = os.read(child.status_fd, 4096)
+    except BlockingIOError:
+        return False
+    if not said.startswith(b"ready"):
+        child.said = child.said or said.decode(errors="replace").strip()
+        return False
+    child.ready_at = time.monotonic()
+    return True
+
+
+def memory_short(spare_rss: int) -> str:
+    """Why one more spare of `spare_rss` bytes would not fit in the container's memory
+    (cgroup v2), or ""."""
+    limit, used = (state.read_number(os.path.join(CGROUP, name))
+                   for name in ("memory.max", "memory.current"))  # "max": no limit
+    if not spare_rss or limit is None or used is None:
+        return ""
+    free = limit - used
+    if free >= MEMORY_MARGIN * spare_rss:
+        return ""
+    return (f"memory too tight: {free >> 20} MiB free of the container's {limit >> 20} "
+            f"MiB, a spare takes {spare_rss >> 20} MiB (x{MEMORY_MARGIN:g})")
 
 
 def become_subreaper() -> None:

@@ -50,7 +50,10 @@ if TYPE_CHECKING:  # the same file, as the package has it
     from multiworker.pod import children
 else:  # beside this file, first on sys.path as the pods run it (python3 launcher.py); a
     # spare never sees this folder (it runs the user's own command line)
-    import children
+    try:
+        import children
+    except ImportError:  # imported from the package (the tests)
+        from multiworker.pod import children
 
 
 def _number(name: str, default: float) -> float:
@@ -61,12 +64,10 @@ STOP_SECONDS = _number("MWJ_LAUNCHER_STOP_SECONDS", 5)
 SPARE_DELAY = _number("MWJ_LAUNCHER_SPARE_DELAY", 15)
 SPARE_WAIT = _number("MWJ_LAUNCHER_SPARE_WAIT", 30)
 TERMINATION_LOG = os.environ.get("MWJ_LAUNCHER_TERMINATION_LOG", "/dev/termination-log")
-CGROUP = os.environ.get("MWJ_LAUNCHER_CGROUP", "/sys/fs/cgroup")
 REPORT = "launcher.json"  # in the agents' STATE (state.LAUNCHER_REPORT)
 POLL_SECONDS = 0.05  # state.POLL_SECONDS
 BEAT_SECONDS = 0.5
 SPARE_FAILURES = 2  # in a row: spares off, later generations start cold
-MEMORY_MARGIN = 1.5  # free memory needed, in sizes of the last spare
 DRAIN_SECONDS = 1.0  # for a trainer's last output after it exits
 
 
@@ -176,35 +177,11 @@ class Launcher:
         return child
 
     def start_spare(self) -> children.Child:
-        status_read, status_write = os.pipe()
-        command_read, command_write = os.pipe()
-        argv, env = self.command.spare(status_write, command_read)
-        try:
-            child = children.start_child(argv, env, live=False, keep=(status_write, command_read))
-        except BaseException:
-            os.close(status_read)
-            os.close(command_write)
-            raise
-        finally:
-            os.close(status_write)
-            os.close(command_read)
-        os.set_blocking(status_read, False)
-        child.status_fd, child.command_fd = status_read, command_write
-        return self.adopt(child)
+        return self.adopt(children.start_spare(self.command))
 
     def check_ready(self, child: children.Child) -> None:
         """Whether a spare said "ready" yet; its size then is what the next one needs."""
-        if not child.importing:
-            return
-        assert child.status_fd is not None
-        try:
-            said = os.read(child.status_fd, 4096)
-        except BlockingIOError:
-            return
-        if not said.startswith(b"ready"):
-            child.said = child.said or said.decode(errors="replace").strip()  # why it fails
-        else:
-            child.ready_at = time.monotonic()
+        if children.heard_ready(child):
             self.spare_rss = children.resident_bytes(child.pid) or self.spare_rss
             self.spare_failures, self.spare_why = 0, ""
 
@@ -243,7 +220,7 @@ class Launcher:
                 time.monotonic() < self.next_spare_at or \
                 (self.trainer is not None and self.trainer.importing):
             return
-        short = self.memory_short()
+        short = children.memory_short(self.spare_rss)
         if short:
             if not self.spare_off:
                 children.say(f"no spare: {short}")
@@ -251,18 +228,6 @@ class Launcher:
             return
         self.spare_off = False
         self.spare = self.start_spare()
-
-    def memory_short(self) -> str:
-        """Why one more spare would not fit in the container's memory (cgroup v2), or ""."""
-        limit = self.pod.read_number(os.path.join(CGROUP, "memory.max"))  # "max": no limit
-        used = self.pod.read_number(os.path.join(CGROUP, "memory.current"))
-        if not self.spare_rss or limit is None or used is None:
-            return ""
-        free = limit - used
-        if free >= MEMORY_MARGIN * self.spare_rss:
-            return ""
-        return (f"memory too tight: {free >> 20} MiB free of the container's {limit >> 20} "
-                f"MiB, a spare takes {self.spare_rss >> 20} MiB (x{MEMORY_MARGIN:g})")
 
     # -- generations
 

@@ -1,7 +1,8 @@
 """A randomized, seeded simulation of one elastic, Kueue-queued job meeting the systems around
 it — the scheduler refusing and binding its pods (its clock off), Kueue admitting, admitting in
-part and evicting, trainers failing, finishing or being evicted, status writes failing halfway,
-the node's Lease going silent and renewed again, a new leader with nothing in memory — with the reconcile pass run after each event and the invariants checked after every pass.
+part and evicting, trainers failing or finishing (their kubelets' clocks off), status writes
+failing halfway, the node's Lease going silent and renewed again, a new leader with nothing in
+memory — with the reconcile pass run after each event and the invariants checked after every pass.
 
 Tests check each decision alone; defects live in the sequences in which systems meet. This one
 found, on the code before it: quota given back while pods ran (a job ending), a pass asking to
@@ -224,12 +225,18 @@ class AJobMeetsItsCluster(RuleBasedStateMachine):
                 pod["status"]["conditions"][0]["lastTransitionTime"] = stamp.isoformat()
         self.run_pass(0)
 
-    @rule(index=st.integers(0, WORKERS - 1), code=st.sampled_from([0, 1, 137]))
-    def trainer_exits(self, index: int, code: int) -> None:
+    @rule(index=st.integers(0, WORKERS - 1), code=st.sampled_from([0, 1, 137]),
+          skew=st.sampled_from([0, -120, 3600]))
+    def trainer_exits(self, index: int, code: int, skew: int) -> None:
+        """A trainer ends; its kubelet stamps the end by a clock that is right, 120 s behind
+        or an hour ahead."""
         pod = self._pod(index)
         if pod is None or (pod.get("status") or {}).get("phase") != "Running":
             return
         self.cluster.exit(index, code)
+        terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        terminated["finishedAt"] = (self.cluster.now + timedelta(seconds=skew)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
         self.run_pass(0)
 
     @rule()

@@ -64,8 +64,6 @@ STOP_SECONDS = _number("MWJ_LAUNCHER_STOP_SECONDS", 5)
 SPARE_DELAY = _number("MWJ_LAUNCHER_SPARE_DELAY", 15)
 SPARE_WAIT = _number("MWJ_LAUNCHER_SPARE_WAIT", 30)
 TERMINATION_LOG = os.environ.get("MWJ_LAUNCHER_TERMINATION_LOG", "/dev/termination-log")
-REPORT = "launcher.json"  # in the agents' STATE (state.LAUNCHER_REPORT)
-POLL_SECONDS = 0.05  # state.POLL_SECONDS
 BEAT_SECONDS = 0.5
 SPARE_FAILURES = 2  # in a row: spares off, later generations start cold
 DRAIN_SECONDS = 1.0  # for a trainer's last output after it exits
@@ -116,7 +114,7 @@ class Launcher:
             self.report()
             if code is not None:
                 return code
-            time.sleep(POLL_SECONDS)
+            time.sleep(self.pod.POLL_SECONDS)
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signalled = signum
@@ -396,7 +394,7 @@ class Launcher:
             self.version, self.reported = self.version + 1, news
         elif now - self.beat_at < BEAT_SECONDS:
             return
-        path = os.path.join(self.pod.STATE, REPORT)
+        path = os.path.join(self.pod.STATE, self.pod.LAUNCHER_REPORT)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump({"pid": os.getpid(), "version": self.version, "beat": time.time(),

@@ -152,13 +152,10 @@ class Witness:
         waited = time.monotonic() - self._at
         return self.step is not None and waited > max(STUCK_SECONDS, 3 * self._usual)
 
-    def reflected_step(self) -> int | None:
-        """The step the weights reflect now, after a failed step (None: no step completed in
-        this generation, so nothing newer than what it restored)."""
-        return self.reflected()[0]
-
     def reflected(self) -> tuple[int | None, Any]:
-        """reflected_step(), and the weights' fingerprint it was judged by (None: none)."""
+        """The step the weights reflect now, after a failed step (None: no step completed in
+        this generation, so nothing newer than what it restored), and the weights' fingerprint
+        it was judged by (None: none)."""
         if self.step is None:
             return None, None
         if not self._fingerprint or self._seen is None:

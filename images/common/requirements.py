@@ -2,7 +2,7 @@
 
     python3 requirements.py FLAVOR [PYPROJECT]
 
-FLAVOR is `operator` (the package's dependencies), `worker` (its `worker` extra), `worker-gpu`
+FLAVOR is `operator` (the package's dependencies and its `operator` extra), `worker` (its `worker` extra), `worker-gpu`
 (the `worker` extra with tensorflow-cpu replaced by TensorFlow's own GPU build,
 tensorflow[and-cuda], same version range) or `build` (the build-system requirements). Both
 worker flavors add tf-keras in TensorFlow's version range: Keras 2, which `model.fit` needs
@@ -27,8 +27,9 @@ KERAS_2 = "tf-keras"
 def requirements(flavor: str, pyproject: dict[str, object]) -> list[str]:
     project = pyproject["project"]
     assert isinstance(project, dict)
-    if flavor == "operator":
-        return list(project.get("dependencies", []))
+    if flavor == "operator":  # the client's dependencies and the operator's extra
+        return list(project.get("dependencies", [])) + list(
+            project.get("optional-dependencies", {}).get("operator", []))
     if flavor == "build":
         build_system = pyproject.get("build-system", {})
         assert isinstance(build_system, dict)

@@ -96,6 +96,45 @@ class ProgressStatus(Model):
     """When the chief finished its latest step."""
 
 
+HISTORY_LIMIT = 20  # generations kept in status.history: it outlives Events (an hour)
+HISTORY_MESSAGE_CHARS = 256
+
+
+class GenerationRecord(Model):
+    """One generation of the worker group, as kept in status.history: when it started, ran and
+    ended, why it ended, and what its end cost."""
+
+    generation: int
+    """The group generation (status.groupGeneration while it was current)."""
+    workers: int
+    """Its size: spec.workers, or fewer while spec.elastic had the group shrunk."""
+    path: Literal["Created", "InPlace", "Recreate"]
+    """How it started: Created (the job's first group, or one after a suspension or a change
+    of placement), InPlace (the previous group's own pods, their containers restarted) or
+    Recreate (new pods)."""
+    trainer_start: Literal["warm", "cold"] | None = None
+    """InPlace with spec.restartPolicy.warmStandby: whether the chief's trainer started in a
+    spare interpreter that had already imported TensorFlow (warm) or afresh (cold)."""
+    started: Time
+    """When the operator began it (the restart decision; for the first, the job's first pass)."""
+    running: Time | None = None
+    """When all its workers were first running."""
+    resumed_from_step: int | None = None
+    """The step it restored from its checkpoint or a survivor's save; 0: it started afresh."""
+    ended: Time | None = None
+    """When it ended: the operator's decision to restart, resize or finish."""
+    reason: str | None = None
+    """Why it ended, in CamelCase: the Restarting condition's reason (WorkerFailed, OOMKilled,
+    Evicted, Shrunk, Grew, InPlaceAbandoned, ...) or the Succeeded or Failed condition's."""
+    message: str | None = Field(default=None, max_length=HISTORY_MESSAGE_CHARS)
+    """Why, in words (the condition's message, cut to 256 characters)."""
+    last_step: int | None = None
+    """The last step known done when it ended by a failure."""
+    steps_lost: int | None = None
+    """Steps it had trained that the next generation had to train again (lastStep less the
+    next generation's resumedFromStep), once the next one resumed."""
+
+
 class JobStatus(BaseModel):
     """Observed state of the job, written only by the operator."""
 
@@ -130,7 +169,7 @@ class JobStatus(BaseModel):
     admitted_workers: int | None = None
     """The workers Kueue admitted, where it admitted fewer than the Workload asked for
     (spec.elastic's minWorkers: partial admission); the group is no larger."""
-    resizes: int = 0
+    resizes: int | None = None
     """Times spec.elastic changed the group's size (shrunk or grown back); neither restart
     budget is spent on them."""
     last_resize_time: Time | None = None
@@ -139,7 +178,7 @@ class JobStatus(BaseModel):
     """spec.elastic: since when the operator has seen some of the group's pods refused by the
     scheduler, on its own clock (a scheduler's clock may be off); the group shrinks once that
     lasted spec.elastic.shrinkAfterSeconds."""
-    room_workers: int = 0
+    room_workers: int | None = None
     """While a shrunk group runs: how many workers the nodes' free room holds."""
     room_since: Time | None = None
     """While a shrunk group runs: since when the nodes have had room for more of its workers
@@ -185,11 +224,14 @@ class JobStatus(BaseModel):
     completion_time: Time | None = None
     """When the job succeeded or failed."""
     progress: ProgressStatus | None = None
-    stragglers: list[int] = Field(
-        default_factory=list, json_schema_extra={"x-kubernetes-list-type": "set"}
+    stragglers: list[int] | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-list-type": "set"}
     )
     """Indexes of workers whose steps per second stay below spec.health.stragglerThreshold
-    times the group's median."""
+    times the group's median; absent when there are none."""
+    history: list[GenerationRecord] | None = Field(default=None, max_length=HISTORY_LIMIT)
+    """The group's generations, oldest first (the last 20): when each started, ran and ended,
+    why, how it restarted and what it lost (`kubectl mwj status` shows it as a table)."""
 
 
 class UnreadableStatus(ValueError):

@@ -147,6 +147,37 @@ def test_what_a_failure_cost_is_counted_once_the_next_group_resumes() -> None:
     assert events[-1].endswith("; 0 steps lost (the last step done was 47)"), events
 
 
+def test_the_history_keeps_each_generation_its_end_and_its_cost() -> None:
+    """status.history: generation 0 created, ended by the OOM kill at step 47; generation 1
+    recreated, resumed at 47 (nothing lost), ended by the chief's success."""
+    cluster, _ = started()
+    assert [(r["generation"], r["path"], r["workers"]) for r in cluster.status["history"]] == \
+        [(0, "Created", 2)]
+    assert cluster.status["history"][0]["running"] is not None
+    cluster.exit(0, 137, "OOMKilled")
+    cluster.exit(1, 4, message="collective aborted; saved this survivor's state at step 47")
+    for _ in range(4):
+        step(cluster, seconds=3)
+    cluster.finish_deletions()
+    step(cluster)
+    cluster.run()
+    outcome = step(cluster)
+    assert outcome.targets is not None
+    resumed = parse_report(body(raw(0, 48, generation=1, restoredFromStep=47,
+                                    restoredFrom="survivor worker-1, generation 0")), 0, 1)
+    step(cluster, poll(cluster, outcome.targets, None, {0: resumed}))
+    cluster.exit(0, 0, "Completed")
+    step(cluster)
+    first, second = cluster.status["history"]
+    assert (first["reason"], first["lastStep"], first["stepsLost"], first["resumedFromStep"]) \
+        == ("OOMKilled", 47, 0, None), first
+    assert first["ended"] is not None and "worker-0" in first["message"]
+    assert (second["generation"], second["path"], second["resumedFromStep"]) == \
+        (1, "Recreate", 47)
+    assert second["started"] == first["ended"] and second["running"] is not None
+    assert (second["reason"], second.get("stepsLost")) == ("ChiefSucceeded", None), second
+
+
 def stalled(cluster: FakeCluster, targets: Targets) -> GroupHealth:
     """worker-1 stops answering after step 63; worker-0 waits at 63 for 30s."""
     health = poll(cluster, targets, None, {0: report(step=63), 1: report(1, step=63)})
@@ -212,7 +243,7 @@ def test_stragglers_are_reported_and_cleared_with_events() -> None:
         health = poll(cluster, targets, health, {
             i: report(i, step=n + 9, stepsPerSecond=4) for i in range(3)})
     step(cluster, health)
-    assert cluster.status["stragglers"] == []
+    assert "stragglers" not in cluster.status  # absent when there are none
     assert cluster.events[-1][:2] == ("Normal", "StragglerRecovered")
 
 

@@ -124,8 +124,9 @@ class GenerationRecord(Model):
     ended: Time | None = None
     """When it ended: the operator's decision to restart, resize or finish."""
     reason: str | None = None
-    """Why it ended, in CamelCase: the Restarting condition's reason (WorkerFailed, OOMKilled,
-    Evicted, Shrunk, Grew, InPlaceAbandoned, ...) or the Succeeded or Failed condition's."""
+    """Why it ended, in CamelCase: a failure's own reason (OOMKilled, Error, Evicted,
+    NodeLost, ...), a resize (Shrunk, Grew), JobSuspended, Evicted or Preempted by Kueue,
+    InPlaceRestartAbandoned, or the Succeeded or Failed condition's reason."""
     message: str | None = Field(default=None, max_length=HISTORY_MESSAGE_CHARS)
     """Why, in words (the condition's message, cut to 256 characters)."""
     last_step: int | None = None

@@ -108,7 +108,7 @@ JOB_PROGRESS_STEP = Gauge(
 _PER_JOB: tuple[tuple[Gauge, Callable[[Mapping[str, Any]], Any]], ...] = (
     (JOB_RESTARTS, lambda s: s.get("restarts", 0)),
     (JOB_WORKERS, lambda s: s.get("totalWorkers")),
-    (JOB_RESIZES, lambda s: s.get("resizes", 0)),
+    (JOB_RESIZES, lambda s: s.get("resizes") or 0),
     (JOB_READY_WORKERS, lambda s: s.get("readyWorkers", 0)),
     (JOB_PROGRESS_STEP, lambda s: (s.get("progress") or {}).get("step")),
 )

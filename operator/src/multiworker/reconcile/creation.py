@@ -12,6 +12,7 @@ from multiworker.api import names
 from multiworker.api.conditions import Reason, Type, find
 from multiworker.api.status import Phase
 from multiworker.clients.writes import Created, RefusalKind, Refused
+from multiworker.decide import history
 from multiworker.decide.gpus import GpuRequestError, gpus_per_worker, held_gpus, place
 from multiworker.decide.inplace import agent_blocker
 from multiworker.decide.ownership import Owned, ownership
@@ -96,6 +97,8 @@ def ensure_workers(p: Pass) -> Flow:
         return Flow.CONTINUE
     s.group_start_time, s.restart_after, s.blocked_since = p.now, None, None
     s.start_time = s.start_time or p.now
+    s.history = history.began(s.history, s.group_generation, len(p.group.workers), "Created",
+                              p.now)
     p.created = [pod["metadata"]["name"] for pod, r in zip(pods, results, strict=True)
                  if r is Created.CREATED]
     created = len(p.created)
@@ -167,7 +170,7 @@ def _refused(p: Pass, worker: int, refusal: Refused, created: bool) -> Flow:
         finish(p, Phase.FAILED, action)
         return Flow.DONE
     if created or p.group.has_pods:
-        abandon_group(p)  # no partial group waits for peers that will never come
+        abandon_group(p, action.reason, action.message)  # no partial group waits for peers
     s = p.status
     s.blocked_since = s.blocked_since or p.now
     s.restart_after = p.now + timedelta(seconds=action.delay_seconds)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from multiworker.api import names
 from multiworker.api.conditions import Reason, Type
+from multiworker.decide import history
 from multiworker.decide.elastic import (
     Resize,
     Seen,
@@ -47,7 +48,7 @@ def resize_policy(p: Pass) -> Flow:
     seen = Seen(workers=len(p.group.workers),
                 placed=sum(1 for w in p.group.workers if w.node
                            and w.phase is not WorkerPhase.MISSING),
-                refused_since=s.refused_since, room=s.room_workers, room_since=s.room_since,
+                refused_since=s.refused_since, room=s.room_workers or 0, room_since=s.room_since,
                 resized_at=s.last_resize_time, refusal=refusal,
                 room_on=tuple(sorted(room_on.items())))
     decided = next_size(policy, seen, p.now)
@@ -64,7 +65,7 @@ def _follow_room(p: Pass, shrunk_and_running: bool) -> dict[str, int]:
     room node by node."""
     s = p.status
     if not shrunk_and_running:
-        s.room_workers, s.room_since = 0, None
+        s.room_workers, s.room_since = None, None
         return {}
     pod_spec = render_worker_pod(p.job, 0, s.group_generation, owner_reference(p.job),
                                  gpu_product=s.gpu_product)["spec"]
@@ -72,12 +73,12 @@ def _follow_room(p: Pass, shrunk_and_running: bool) -> dict[str, int]:
     # The operator's cache holds its jobs' pods only: what others hold is asked of the API.
     on_nodes = [p.cluster.pods_on_node(str(n["metadata"]["name"])) for n in nodes]
     if any(pods is None for pods in on_nodes):
-        s.room_workers, s.room_since = 0, None  # unknown: never grow blind
+        s.room_workers, s.room_since = None, None  # unknown: never grow blind
         return {}
     found = room_on_nodes(nodes, [pod for pods in on_nodes for pod in pods or []], pod_spec,
                           p.job.uid)
-    s.room_workers = sum(found.values())
-    if s.room_workers <= len(p.group.workers):
+    room = s.room_workers = sum(found.values())
+    if room <= len(p.group.workers):
         s.room_since = None
     elif s.room_since is None:
         s.room_since = p.now
@@ -89,14 +90,16 @@ def resize_group(p: Pass, resize: Resize, max_workers: int) -> None:
     nothing but the resize."""
     s = p.status
     grows = resize.grows(len(p.group.workers))
+    reason = Reason.GREW if grows else Reason.SHRUNK
+    s.history = history.ended(s.history, s.group_generation, reason, resize.why, p.now)
     s.group_generation += 1
+    s.history = history.began(s.history, s.group_generation, resize.workers, "Recreate", p.now)
     s.group_start_time, s.restart_after, s.placing_since = None, None, None
     s.group_workers = None if resize.workers == max_workers else resize.workers
-    s.resizes += 1
-    s.last_resize_time, s.room_since, s.room_workers = p.now, None, 0
+    s.resizes = (s.resizes or 0) + 1
+    s.last_resize_time, s.room_since, s.room_workers = p.now, None, None
     s.restart_path = RECREATE
     forget_group(s)
-    reason = Reason.GREW if grows else Reason.SHRUNK
     p.condition(Type.RESTARTING, "True", reason, resize.why)
     p.emit(reason, resize.why)
     p.log.warning("%s", resize.why)

@@ -16,6 +16,7 @@ from multiworker.api import names
 from multiworker.api.conditions import Reason, Type, find, is_true
 from multiworker.api.status import Phase
 from multiworker.clients.writes import Conflict, Created, Gone, Refused
+from multiworker.decide import history
 from multiworker.decide.queueing import (
     FINALIZER,
     GROUP_VERSION,
@@ -188,7 +189,8 @@ def _retire(p: Pass, stale: list[Manifest]) -> bool:
     if not stale:
         return True
     if _active(p):
-        _stop_group(p)
+        _stop_group(p, Reason.WORKLOAD_REPLACED, "the job's spec changed: its group stops "
+                    "and is queued again with a new Workload")
         return False
     for workload in stale:
         path = workload_path(p.job.namespace, workload["metadata"]["name"])
@@ -272,7 +274,7 @@ def _evicted(p: Pass, queue: str, workload: Manifest, state: QueueState) -> Flow
         p.emit(reason, f"Kueue evicted the job: {state.reason}: {state.message}{by}; the "
                "group stops, checkpointing on SIGTERM, and waits to be admitted again")
     if _active(p):
-        _stop_group(p)
+        _stop_group(p, reason, f"Kueue evicted the job: {state.reason}: {state.message}")
     elif state.reserved and _release(p, workload):
         p.emit(Reason.REQUEUED, f"every worker stopped: quota returned to ClusterQueue "
                f"{state.cluster_queue}; queued again in LocalQueue {queue}")
@@ -284,10 +286,11 @@ def _active(p: Pass) -> bool:
                for pod in p.pods)
 
 
-def _stop_group(p: Pass) -> None:
+def _stop_group(p: Pass, reason: str, message: str) -> None:
     """As on suspend: the group becomes stale (deleted with its grace period next pass)."""
     s = p.status
     if p.group.has_pods or s.group_start_time is not None:
+        s.history = history.ended(s.history, s.group_generation, reason, message, p.now)
         s.group_generation += 1
         forget_group(s)
         p.wake_in(0)
@@ -298,7 +301,7 @@ def _stop_group(p: Pass) -> None:
 def _hold(p: Pass, reason: str, message: str, stop: bool = True) -> Flow:
     """No group runs: the job is Queued, saying why."""
     if stop:
-        _stop_group(p)
+        _stop_group(p, reason, message)
     held = find(p.status.conditions, Type.QUEUED)
     if held is None or held.status != "True" or held.reason != reason or \
             held.message != message:

@@ -27,6 +27,7 @@ from multiworker.api.spec import CleanPodPolicy
 from multiworker.api.status import TERMINAL_PHASES, Phase, UnreadableStatus, parse_status
 from multiworker.clients.agents import AgentNote, signed
 from multiworker.clients.writes import Conflict, GenerationDeletion, Gone, PodDeletion
+from multiworker.decide import history
 from multiworker.decide.fit import may_host
 from multiworker.decide.gpus import (
     GPU_RESOURCE,
@@ -227,13 +228,17 @@ def suspend_or_resume(p: Pass) -> Flow:
     s, suspended = p.status, p.job.status.phase is Phase.SUSPENDED
     if p.job.spec.suspend:
         if not suspended:
-            if p.group.has_pods or s.group_start_time is not None:
+            stopped = p.group.has_pods or s.group_start_time is not None
+            if stopped:
                 s.group_generation += 1  # the running group is now stale: deleted next pass
                 forget_group(s)
-            s.group_start_time = s.restart_after = s.recovering_since = None
-            s.blocked_since = None
             message = (f"suspended: workers deleted; resuming starts generation "
                        f"{s.group_generation} from the last checkpoint")
+            if stopped:
+                s.history = history.ended(s.history, s.group_generation - 1,
+                                          Reason.SUSPENDED, message, p.now)
+            s.group_start_time = s.restart_after = s.recovering_since = None
+            s.blocked_since = None
             p.condition(Type.SUSPENDED, "True", Reason.SUSPENDED, message)
             p.emit(Reason.SUSPENDED, message)
             p.wake_in(0)

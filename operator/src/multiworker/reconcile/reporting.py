@@ -7,6 +7,7 @@ from __future__ import annotations
 from multiworker.api.conditions import Reason, Status, Type, find
 from multiworker.api.status import TERMINAL_PHASES, ProgressStatus
 from multiworker.clients import metrics
+from multiworker.decide import history
 from multiworker.decide.hang import inactive_reason
 from multiworker.decide.nodes import HEARTBEAT_STALE
 from multiworker.decide.progress import (
@@ -49,6 +50,8 @@ def record_progress(p: Pass) -> Flow:
             p.emit(Reason.TRAINING_RESUMED,
                    f"generation {health.generation} resumed training {where}"
                    + _count_steps_lost(p, health.generation, resumed))
+        if resumed is not None:
+            s.history = history.resumed(s.history, health.generation, resumed)
         s.progress = progress
     _report_stragglers(p, health)
     _report_readability(p, health)
@@ -65,6 +68,7 @@ def _count_steps_lost(p: Pass, generation: int, resumed: int) -> str:
         return ""
     lost = max(0, failure.last_step - resumed)
     p.status.last_failure = failure.model_copy(update={"steps_lost": lost})
+    p.status.history = history.lost(p.status.history, failure.generation, lost)
     p.after_write.append(lambda: metrics.STEPS_LOST.inc(lost))
     steps = "step" if lost == 1 else "steps"
     return f"; {lost} {steps} lost (the last step done was {failure.last_step})"
@@ -128,13 +132,13 @@ def _report_readability(p: Pass, health: GroupHealth) -> None:
 
 def _report_stragglers(p: Pass, health: GroupHealth) -> None:
     threshold = p.job.spec.health.straggler_threshold
-    old, new = set(p.status.stragglers), set(stragglers(health))
+    old, new = set(p.status.stragglers or ()), set(stragglers(health))
     for index in sorted(new - old):
         p.emit(Reason.STRAGGLER, describe_straggler(health, index, threshold or 0))
         p.log.warning("worker-%d is straggling", index)
     for index in sorted(old - new):
         p.emit(Reason.STRAGGLER_RECOVERED, describe_recovered(health, index))
-    p.status.stragglers = sorted(new)
+    p.status.stragglers = sorted(new) or None
 
 
 def poll_targets(p: Pass) -> Targets | None:

@@ -7,12 +7,16 @@ dispatch from an Action to a transition.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+from typing import Final, Literal
 
+from multiworker.api import names
 from multiworker.api.conditions import Reason, Type
 from multiworker.api.spec import RestartMode
 from multiworker.api.status import FailureRecord, JobStatus, Phase
 from multiworker.clients import metrics
+from multiworker.decide import history
 from multiworker.decide.inplace import in_place_blocker
 from multiworker.decide.policy import Action, ActionKind
 from multiworker.decide.progress import last_step_known
@@ -23,7 +27,8 @@ from multiworker.reconcile.events import gist, is_problem
 from multiworker.reconcile.gang import gang_enabled
 from multiworker.reconcile.render import pod_digest
 
-IN_PLACE, RECREATE = "InPlace", "Recreate"
+IN_PLACE: Final = "InPlace"
+RECREATE: Final = "Recreate"
 
 
 def apply(p: Pass, action: Action) -> bool:
@@ -49,6 +54,11 @@ def restart_group(p: Pass, action: Action) -> None:
     replacing = action.kind is ActionKind.REPLACE_GROUP  # nothing failed: nothing to count
     if action.culprit is not None:
         s.last_failure = failure_record(p, action)
+    last_step = s.last_failure.last_step if action.culprit is not None and s.last_failure \
+        else None
+    reason = action.culprit.reason if action.culprit else action.reason
+    s.history = history.ended(s.history, s.group_generation, reason or action.reason,
+                              action.message, p.now, last_step)
     s.group_generation += 1
     s.group_start_time = None
     if counted:
@@ -66,6 +76,8 @@ def restart_group(p: Pass, action: Action) -> None:
     why_not = "the pods' placement must change" if replacing else _why_not_in_place(p)
     s.restart_path = RECREATE if why_not else IN_PLACE
     s.in_place_since = None if why_not else p.now
+    s.history = history.began(s.history, s.group_generation, len(p.group.workers),
+                              RECREATE if why_not else IN_PLACE, p.now)
     if why_not is None:
         message = f"{action.message}; restarting the group in place"
     elif p.job.spec.restart_policy.mode is RestartMode.RECREATE:
@@ -75,7 +87,6 @@ def restart_group(p: Pass, action: Action) -> None:
     p.condition(Type.RESTARTING, "True", action.reason, message)
     p.emit(action.reason, message)
     p.log.warning("%s", message)
-    reason = action.culprit.reason if action.culprit else action.reason
     p.after_write.append(
         lambda: metrics.GROUP_RESTARTS.labels(reason=reason, counted=str(counted).lower()).inc()
     )
@@ -101,20 +112,26 @@ def abandon_in_place(p: Pass, why: str) -> None:
     did not all stop in time): the pods become stale and are recreated, as a new generation
     that counts nothing more (the restart was counted when it began)."""
     s = p.status
+    message = f"in-place restart abandoned, recreating the group's pods: {why}"
+    s.history = history.ended(s.history, s.group_generation, Reason.IN_PLACE_ABANDONED,
+                              message, p.now)
     s.group_generation += 1
     s.group_start_time = None
     s.restart_path, s.in_place_since = RECREATE, None
+    s.history = history.began(s.history, s.group_generation, len(p.group.workers), RECREATE,
+                              p.now)
     forget_group(s)
-    message = f"in-place restart abandoned, recreating the group's pods: {why}"
     p.condition(Type.RESTARTING, "True", Reason.IN_PLACE_ABANDONED, message)
     p.emit(Reason.IN_PLACE_ABANDONED, message)
     p.log.warning("%s", message)
     p.wake_in(0)
 
 
-def abandon_group(p: Pass) -> None:
+def abandon_group(p: Pass, reason: str, message: str) -> None:
     """Give up the current generation without counting anything (its pods could not all be
     created): its pods become stale, and the next attempt starts a fresh generation."""
+    p.status.history = history.ended(p.status.history, p.status.group_generation, reason,
+                                     message, p.now)
     p.status.group_generation += 1
     p.status.group_start_time = None
     p.status.restart_path, p.status.in_place_since = RECREATE, None
@@ -127,10 +144,14 @@ def finish(p: Pass, phase: Phase, action: Action) -> None:
     s.completion_time = p.now
     s.restart_after = s.recovering_since = s.blocked_since = s.in_place_since = None
     s.placing_since = None
-    s.stragglers = []
+    s.stragglers = None
+    last_step = None
+    if phase is Phase.FAILED and action.culprit is not None:
+        s.last_failure = failure_record(p, action)
+        last_step = s.last_failure.last_step
+    s.history = history.ended(s.history, s.group_generation, action.reason, action.message,
+                              p.now, last_step)
     if phase is Phase.FAILED:
-        if action.culprit is not None:
-            s.last_failure = failure_record(p, action)
         p.condition(Type.FAILED, "True", action.reason, action.message)
         p.emit(action.reason, f"job failed: {action.message}")
         p.log.warning("job failed: %s", action.message)
@@ -208,6 +229,10 @@ def group_running(p: Pass) -> None:
     n, generation = len(p.group.workers), s.group_generation
     p.condition(Type.RUNNING, "True", Reason.ALL_WORKERS_RUNNING,
                 f"all {n} workers of generation {generation} are running")
+    s.history = history.running(s.history, generation, n, p.now)
+    how = chief_trainer_start(p)
+    if how is not None:
+        s.history = history.trainer_started(s.history, generation, how)
     s.placing_since = None
     if s.recovering_since is not None:
         seconds = round((p.now - s.recovering_since).total_seconds(), 3)
@@ -219,3 +244,21 @@ def group_running(p: Pass) -> None:
     elif old.phase is not Phase.RUNNING and generation == 0 and p.job.created is not None:
         startup = (p.now - p.job.created).total_seconds()
         p.after_write.append(lambda: metrics.STARTUP_SECONDS.observe(startup))
+
+
+def chief_trainer_start(p: Pass) -> Literal["warm", "cold"] | None:
+    """How the chief's warm launcher started the current generation's trainer, once it said
+    (its report on the pod: pod/launcher.py)."""
+    chief = next(iter(p.group.workers), None)
+    pod = next((pod for pod in p.pods if chief is not None
+                and pod["metadata"]["name"] == chief.pod), None)
+    raw = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(
+        names.ANNOTATION_LAUNCHER)
+    try:
+        report = json.loads(raw) if raw else {}
+    except ValueError:
+        return None
+    if not isinstance(report, dict) or report.get("generation") != p.status.group_generation:
+        return None
+    how = report.get("path")
+    return how if how in ("warm", "cold") else None

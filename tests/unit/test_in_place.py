@@ -128,10 +128,16 @@ def test_a_crash_restarts_the_same_pods_once_every_old_trainer_stopped() -> None
     assert "inPlaceSince" not in cluster.status or cluster.status["inPlaceSince"] is None
     for i in range(3):
         trainer_started(cluster, i)
+    # The chief's warm launcher says how it started generation 1's trainer.
+    pod_of(cluster, 0)["metadata"]["annotations"][names.ANNOTATION_LAUNCHER] = json.dumps(
+        {"generation": 1, "state": "running", "path": "warm"})
     step(cluster)
     assert cluster.status["phase"] == "Running"
     assert {n: p["metadata"]["uid"] for n, p in cluster.pods.items()} == uids
     assert cluster.created_pods == PODS  # the first group's, and no more
+    assert [(r["generation"], r["path"], r.get("trainerStart"), r.get("reason"))
+            for r in cluster.status["history"]] == [
+        (0, "Created", None, "Error"), (1, "InPlace", "warm", None)]
 
 
 def test_a_release_whose_status_write_failed_is_finished_not_abandoned() -> None:

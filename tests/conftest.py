@@ -25,6 +25,7 @@ from tests.cluster import (
     one_setup_at_a_time,
     provision,
 )
+from tests.failures import explain
 from tests.support import has_failed
 
 LOG_DIR = REPO / "test-logs"
@@ -97,10 +98,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """Remember each phase's outcome on the item so fixtures can save logs for failed tests."""
+    """Remember each phase's outcome on the item so fixtures can save logs for failed tests;
+    a failed test with a namespace shows that namespace's story in its own report (what its
+    jobs, pods and operator said at the failure, before teardown deletes them)."""
     outcome = yield
     report = outcome.get_result()
     setattr(item, f"rep_{report.when}", report)
+    found = getattr(item, "funcargs", {})
+    if report.failed and report.when in ("setup", "call") and "namespace" in found \
+            and isinstance(found.get("cluster"), Cluster):
+        operator = found.get("operator")
+        report.sections.append(("the cluster at the failure (tests/failures.py)", explain(
+            found["cluster"], found["namespace"],
+            operator if hasattr(operator, "log_tail") else None)))
 
 
 @pytest.fixture(scope="session")

@@ -149,9 +149,8 @@ def operator(
     if has_failed(request):
         out = LOG_DIR / namespace
         out.mkdir(parents=True, exist_ok=True)
-        shutil.copy(process.log_path, out / "operator.log")
-        print(f"---- operator log (tail; full log in {out / 'operator.log'}) ----")
-        print(process.log_tail(200))
+        shutil.copy(process.log_path, out / "operator.log")  # its tail is in the report
+        print(f"the operator's whole log: {out / 'operator.log'}")
 
 
 @pytest.fixture

@@ -78,6 +78,13 @@ def test_failed_worker_restarts_the_whole_group(jobs: Jobs, operator: OperatorPr
     assert (status["restarts"], status["disruptions"]) == (1, 0)
     assert status["lastFailure"]["worker"] == 1 and status["lastFailure"]["exitCode"] == 1
     assert status["lastRecoverySeconds"] > 0
+    # The history, through the CRD's schema (a field it lacked would be pruned).
+    first, second = status["history"]
+    assert (first["generation"], first["path"], first["reason"], first["workers"]) == \
+        (0, "Created", "Error", 3)
+    assert (second["generation"], second["path"]) == (1, "Recreate")
+    assert first["ended"] == second["started"] and second["running"] is not None
+    assert {"resizes", "roomWorkers", "stragglers"}.isdisjoint(status)  # what the job uses
     pods = jobs.pods("train")
     assert len(pods) == 3 and {generation_of(p) for p in pods} == {1}
     assert not first_uids & {p["metadata"]["uid"] for p in pods}  # every worker is new

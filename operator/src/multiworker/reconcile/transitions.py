@@ -165,7 +165,7 @@ def finish(p: Pass, phase: Phase, action: Action) -> None:
 def forget_group(s: JobStatus) -> None:
     """What described the old group: the next one has not restored or reported anything, and
     none of its pods was refused yet."""
-    s.stragglers = []
+    s.stragglers = None
     s.refused_since = None
     s.bad_progress_reports = 0
     s.in_place_since = None

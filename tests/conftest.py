@@ -32,9 +32,15 @@ LOG_DIR = REPO / "test-logs"
 TEST_NAMESPACE_PREFIX = "t-"  # every namespace the `namespace` fixture makes
 
 
-# Fixtures whose nodes are Ready but run nothing: other tests' pods would land there and wait
-# forever, and GPU products on them redirect every operator's placement.
-FAKE_NODE_FIXTURES = {"fake_node", "fake_nodes"}
+# kwok's nodes (`fake_nodes`) are Ready but run nothing and carry no taint: other tests' pods
+# would land there and wait forever, so their tests run alone. The test's own fake nodes
+# (integration/fake_nodes.py) carry a NoSchedule taint that only their tests' pods tolerate, and
+# a GPU product on nodes a job cannot use is no candidate for it (creation.usable_nodes): their
+# tests share the cluster, one at a time among themselves (a fake node going silent while
+# another test's does would look like most nodes going at once: the control plane).
+UNTAINTED_FAKE_NODES = "fake_nodes"
+TAINTED_FAKE_NODES = "fake_node"
+USES_FAKE_NODES = pytest.mark.shares("fake-nodes")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -50,9 +56,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if FAKE_NODE_FIXTURES & fixtures:
+        if UNTAINTED_FAKE_NODES in fixtures:
             item.add_marker(pytest.mark.alone(
-                "its fake nodes are Ready but run nothing: other tests' pods would wait there"))
+                "its kwok nodes are Ready but run nothing: other tests' pods would wait there"))
+        elif TAINTED_FAKE_NODES in fixtures:
+            item.add_marker(USES_FAKE_NODES)
         if "launcher" in fixtures:
             # TensorFlow groups on loopback (runtime tier) bound how long an abort takes on two
             # busy cores: one group at a time.

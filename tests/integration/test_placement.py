@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 
 from tests.cluster import Cluster
+from tests.conftest import USES_FAKE_NODES
 from tests.integration.fake_nodes import FakeNode
 from tests.integration.jobs import BASE, Jobs, condition, generation_of, job
-from tests.support import alone, wait_for
+from tests.support import wait_for
 
-pytestmark = [pytest.mark.usefixtures("images", "operator"),
-              alone("its fake GPU nodes are Ready but run nothing, and their GPU products "
-                    "redirect every operator's placement")]
+# Its fake GPU nodes are tainted (other tests' pods never land there) and their products are
+# candidates only for jobs that tolerate them (creation.usable_nodes).
+pytestmark = [pytest.mark.usefixtures("images", "operator"), USES_FAKE_NODES]
 
 SLEEP = "exec sleep 3600"
 PRODUCT = "nvidia.com/gpu.product"

@@ -523,6 +523,23 @@ def test_a_group_goes_to_one_gpu_product_and_says_which() -> None:
     assert selectors == {"T4"}
 
 
+@pytest.mark.parametrize(("node_b", "template_spec"), [
+    # A pool the job does not tolerate (another team's, a test's fake nodes) ...
+    ({"spec": {"taints": [{"key": "pool", "value": "x", "effect": "NoSchedule"}]}}, {}),
+    # ... or one its node selector or required affinity rules out.
+    ({}, {"nodeSelector": {"pool": "a"}}),
+])
+def test_a_gpu_product_on_nodes_the_workers_cannot_use_is_no_candidate(
+        node_b: dict[str, Any], template_spec: dict[str, Any]) -> None:
+    template = {"spec": {**GPU_TEMPLATE["spec"], **template_spec}}
+    cluster = make(template=template)
+    a, b = gpu_node("a", "A100", 4), gpu_node("b", "T4", 8)
+    a["metadata"]["labels"]["pool"] = "a"
+    cluster.nodes = {"a": a, "b": {**b, **node_b}}
+    step(cluster)
+    assert cluster.status["gpuProduct"] == "A100"  # T4 has more room, on nodes out of reach
+
+
 def test_no_gpu_product_with_room_holds_the_group_back_then_fails() -> None:
     cluster = make(template=GPU_TEMPLATE, health={"startupTimeoutSeconds": 60})
     cluster.nodes = {"a": gpu_node("a", "A100", 2), "b": gpu_node("b", "T4", 2)}

@@ -13,6 +13,7 @@ from multiworker.api.conditions import Reason, Type, find
 from multiworker.api.status import Phase
 from multiworker.clients.writes import Created, RefusalKind, Refused
 from multiworker.decide import history
+from multiworker.decide.fit import may_host
 from multiworker.decide.gpus import GpuRequestError, gpus_per_worker, held_gpus, place
 from multiworker.decide.inplace import agent_blocker
 from multiworker.decide.ownership import Owned, ownership
@@ -225,14 +226,20 @@ def _place_group(p: Pass) -> bool:
         finish(p, Phase.FAILED, Action(ActionKind.FAIL_JOB, Reason.INVALID_POD_TEMPLATE, str(e)))
         return False
     held = held_gpus(p.cluster.cached_all_pods(), p.job.uid) if gpus > 0 else None
-    nodes = p.cluster.cached_nodes()
-    if p.flavor_fields is not None:  # Kueue admitted the group to its flavors' nodes only
-        nodes = [n for n in nodes if on_flavor_nodes(n, p.flavor_fields)]
-    placement = place(nodes, spec.workers, gpus, spec.gpu_product, held)
+    placement = place(usable_nodes(p), spec.workers, gpus, spec.gpu_product, held)
     if placement.problem is not None:
         return _hold_back(p, Reason.NO_GPU_PRODUCT, placement.problem)
     s.gpu_product = placement.product
     return True
+
+
+def usable_nodes(p: Pass) -> list[Manifest]:
+    """The nodes the job's workers may land on: their node selector, required affinity and
+    tolerations allow it, and Kueue admitted the group to its flavors' nodes. A GPU product
+    found only on other nodes (a tainted pool, another team's) is no candidate."""
+    pod_spec = p.job.spec.template.as_dict().get("spec") or {}
+    return [n for n in p.cluster.cached_nodes() if may_host(n, pod_spec)
+            and (p.flavor_fields is None or on_flavor_nodes(n, p.flavor_fields))]
 
 
 def _ensure_pod_group(p: Pass, owner: Manifest) -> bool:

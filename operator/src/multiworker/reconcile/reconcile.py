@@ -60,7 +60,12 @@ from multiworker.logs import job_logger
 from multiworker.reconcile.agent_keys import agent_key
 from multiworker.reconcile.commit import commit
 from multiworker.reconcile.context import ClusterIO, Flow, Options, Outcome, Pass
-from multiworker.reconcile.creation import ensure_workers, still_blocked, why_not_placed
+from multiworker.reconcile.creation import (
+    ensure_workers,
+    still_blocked,
+    usable_nodes,
+    why_not_placed,
+)
 from multiworker.reconcile.elastic import resize_policy
 from multiworker.reconcile.gang import pod_group_path
 from multiworker.reconcile.inplace import move_in_place, release_in_place, remember_exits
@@ -300,8 +305,7 @@ def _product_full_action(p: Pass) -> Action:
         gpus = gpus_per_worker(spec.template.as_dict())
     except GpuRequestError:
         return NO_ACTION  # placed without GPUs: nothing to move
-    free = free_room(p.cluster.cached_nodes(), gpus,
-                     held_gpus(p.cluster.cached_all_pods(), p.job.uid))
+    free = free_room(usable_nodes(p), gpus, held_gpus(p.cluster.cached_all_pods(), p.job.uid))
     return product_full_action(p.group, product, spec.gpu_product, free)
 
 

@@ -63,9 +63,11 @@ while :; do
   sleep 2
 done
 
-say "status"
+say "status (kubectl mwj status $job: the plugin from .venv/bin, docs/client.md)"
 kubectl -n "$ns" get mwj "$job"
-kubectl -n "$ns" describe mwj "$job" | sed -n '/^Status:/,$p'
+PATH="$repo/.venv/bin:$PATH" kubectl mwj -n "$ns" status "$job"
+echo "(next: export PATH=\"$repo/.venv/bin:\$PATH\"; kubectl mwj logs $job --all, kubectl mwj list;"
+echo " from Python: multiworker.client, docs/client.md)"
 [ "$phase" = Succeeded ] || exit 1
 # Where the chief saved the model: TRAIN_MODEL_PATH in the template, on the job's claim.
 get() { kubectl -n "$ns" get "$@"; }

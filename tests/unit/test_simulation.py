@@ -22,9 +22,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from multiworker.api import names
+from multiworker.api.names import QUEUE_LABEL
 from multiworker.decide.nodes import STALE_HEARTBEAT_SECONDS
 from multiworker.decide.observe import Classified
-from multiworker.decide.queueing import FINALIZER, QUEUE_LABEL
+from multiworker.decide.queueing import FINALIZER
 from multiworker.reconcile.context import Options
 from multiworker.reconcile.reconcile import reconcile
 

@@ -56,6 +56,8 @@ ANNOTATION_LAUNCHER = f"{GROUP}/launcher"
 ANNOTATION_WARM_AGENT_PORT = f"{GROUP}/warm-agent-port"
 # The coscheduling plugin groups pods by this label (gang scheduling, gang.py).
 LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
+# Kueue queues a job by this label (its LocalQueue's name): reconcile/queueing.py, the client.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 FINALIZER = f"{GROUP}/finalizer"
 # One Lease per namespace with jobs: its holder is the operator instance that acts there.
 LEASE_NAME = "multiworker-operator"

@@ -14,13 +14,14 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from multiworker.api.names import QUEUE_LABEL
+
 Manifest = dict[str, Any]
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 GROUP_VERSION = f"{GROUP}/{VERSION}"
 WORKLOADS = "workloads"
-QUEUE_LABEL = f"{GROUP}/queue-name"
 PRIORITY_LABEL = f"{GROUP}/priority-class"  # a WorkloadPriorityClass
 JOB_UID_LABEL = f"{GROUP}/job-uid"
 FINALIZER = f"{GROUP}/resource-in-use"

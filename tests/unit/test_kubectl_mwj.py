@@ -39,6 +39,7 @@ from tests.unit.test_client_http import (
     FAILED,
     HISTORY,
     JOBS,
+    NAMESPACE,
     PODS,
     Answer,
     FakeApi,
@@ -198,6 +199,17 @@ def test_list(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
         ["NAME", "PHASE"], ["a", "Succeeded"], ["b", "Pending"]]
     code, out, _ = mwj(capsys, "list", "-o", "json")
     assert [j["metadata"]["name"] for j in json.loads(out)["items"]] == ["a", "b"]
+
+
+def test_list_every_namespace(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    other = job_body("c", **FINISHED)
+    other["metadata"]["namespace"] = "team-b"
+    api.on("GET", "/apis/multiworker.dev/v1alpha1/multiworkerjobs",
+           job_list(job_body("a", **FINISHED), other))
+    code, out, _ = mwj(capsys, "list", "-A")
+    assert code == 0 and [line.split()[:3] for line in out.splitlines()] == [
+        ["NAMESPACE", "NAME", "PHASE"], [NAMESPACE, "a", "Succeeded"],
+        ["team-b", "c", "Succeeded"]]
 
 
 def test_logs_all_labels_lines_and_notes_what_is_gone(

@@ -84,13 +84,21 @@ class Client:
         return Job(self.connection, {"metadata": {"name": name,
                                                   "namespace": self.namespace}}).refresh()
 
-    def list(self, selector: str | None = None) -> builtins.list[Job]:
-        """The namespace's jobs by name, those matching the label `selector` when given."""
-        with translated(self.connection, f"list jobs in {self.namespace}"):
-            found = as_dict(self.connection.custom.list_namespaced_custom_object(
-                names.GROUP, names.VERSION, self.namespace, names.PLURAL,
-                label_selector=selector, _request_timeout=REQUEST_TIMEOUT))
-        items = sorted(found.get("items") or [], key=lambda j: j["metadata"]["name"])
+    def list(self, selector: str | None = None,
+             all_namespaces: bool = False) -> builtins.list[Job]:
+        """The namespace's jobs (every namespace's with `all_namespaces`) by namespace and
+        name, those matching the label `selector` when given."""
+        where = "every namespace" if all_namespaces else self.namespace
+        with translated(self.connection, f"list jobs in {where}"):
+            custom = self.connection.custom
+            found = as_dict(custom.list_cluster_custom_object(
+                names.GROUP, names.VERSION, names.PLURAL, label_selector=selector,
+                _request_timeout=REQUEST_TIMEOUT) if all_namespaces else
+                custom.list_namespaced_custom_object(
+                    names.GROUP, names.VERSION, self.namespace, names.PLURAL,
+                    label_selector=selector, _request_timeout=REQUEST_TIMEOUT))
+        items = sorted(found.get("items") or [],
+                       key=lambda j: (j["metadata"].get("namespace", ""), j["metadata"]["name"]))
         return [Job(self.connection, item) for item in items]
 
     def delete(self, name: str) -> None:

@@ -96,6 +96,8 @@ def parser() -> Parser:
                            formatter_class=top.formatter_class))
     listed = command("list", help="the namespace's jobs")
     listed.add_argument("-l", "--selector", help="only jobs with these labels (a=b,c=d)")
+    listed.add_argument("-A", "--all-namespaces", action="store_true",
+                        help="every namespace's jobs")
     listed.set_defaults(run=run_list)
     status = command("status", help="a job's status and its history")
     status.set_defaults(run=run_status)
@@ -235,16 +237,22 @@ def run_submit(client: Client, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def run_list(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    jobs = client.list(args.selector)
+    jobs = client.list(args.selector, all_namespaces=args.all_namespaces)
     if args.output:
         dump({"apiVersion": "v1", "kind": "List", "items": [j.manifest for j in jobs]},
              args.output, out)
         return EXIT_OK
     if not jobs:
-        print(f"no jobs in namespace {client.namespace}", file=sys.stderr)
+        where = "any namespace" if args.all_namespaces else f"namespace {client.namespace}"
+        print(f"no jobs in {where}", file=sys.stderr)
         return EXIT_OK
     rows = [(j.name, status_of(j.name, j.manifest), _created(j)) for j in jobs]
-    print("\n".join(render.jobs_table(rows, now())), file=out)
+    lines = render.jobs_table(rows, now())
+    if args.all_namespaces:  # kubectl's NAMESPACE column first
+        width = max(len("NAMESPACE"), *(len(j.namespace) for j in jobs)) + 2
+        lines = [("NAMESPACE" if i == 0 else jobs[i - 1].namespace).ljust(width) + line
+                 for i, line in enumerate(lines)]
+    print("\n".join(lines), file=out)
     return EXIT_OK
 
 

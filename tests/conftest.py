@@ -38,6 +38,8 @@ TEST_NAMESPACE_PREFIX = "t-"  # every namespace the `namespace` fixture makes
 # a GPU product on nodes a job cannot use is no candidate for it (creation.usable_nodes): their
 # tests share the cluster, one at a time among themselves (a fake node going silent while
 # another test's does would look like most nodes going at once: the control plane).
+# Fixtures that wait for a binary .ci/run builds in the background while the tests run.
+BUILT_BESIDE = {"gang_scheduler", "kueue", "prometheus", "promtool"}
 UNTAINTED_FAKE_NODES = "fake_nodes"
 TAINTED_FAKE_NODES = "fake_node"
 USES_FAKE_NODES = pytest.mark.shares("fake-nodes")
@@ -70,10 +72,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # wait for one lock in several workers would leave those workers idle.
             item.add_marker(pytest.mark.xdist_group(str(mark.args[0])))
     # Those chains first: each is one worker's serial work, the longest of the run, so it
-    # must not start last (xdist hands work out in this order). The gang tests last among
-    # them: their coscheduler may still be building (.ci/run builds it beside the tests).
+    # must not start last (xdist hands work out in this order). The tests that need a binary
+    # .ci/run builds beside the tests (the coscheduler, Kueue, Prometheus) last, within the
+    # chains and without: a worker that takes one early only waits for its build.
     items.sort(key=lambda item: (item.get_closest_marker("shares") is None,
-                                 "gang_scheduler" in getattr(item, "fixturenames", ())))
+                                 bool(BUILT_BESIDE & set(getattr(item, "fixturenames", ())))))
 
 
 @pytest.fixture(autouse=True)

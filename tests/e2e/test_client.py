@@ -110,14 +110,18 @@ def test_a_job_restarted_in_place_through_the_client_and_kubectl_mwj(
 ) -> None:
     namespace = jobs.namespace
     assert_bad_input_is_refused_in_one_line(cluster, namespace, tmp_path)
-    # kubectl mwj submits a job of its own and waits for it: a one-line script, small image.
+    # kubectl mwj submits a job of its own and waits for it: a local script (shipped in a
+    # ConfigMap the job owns), in the small image.
+    script = tmp_path / "hello.py"
+    script.write_text("import os\nprint('hello from worker', os.environ['MWJ_WORKER_INDEX'])\n")
     hello = run_mwj(cluster, "-n", namespace, "submit", "--name", "hello", "--image", BASE,
-                    "--workers", "1", "--wait", "--command", "sh", "-c",
-                    "echo hello from worker $MWJ_WORKER_INDEX")
+                    "--workers", "1", "--script", str(script), "--wait")
     assert hello.returncode == 0 and hello.stdout.endswith("job hello Succeeded\n"), \
         (hello.stdout, hello.stderr)
     said = run_mwj(cluster, "-n", namespace, "logs", "hello")
     assert said.stdout == "[worker-0 gen 0] hello from worker 0\n", (said.stdout, said.stderr)
+    shipped = json.loads(jobs.kubectl("get", "configmap", "hello-script", "-o", "json").stdout)
+    assert [o["name"] for o in shipped["metadata"]["ownerReferences"]] == ["hello"]
 
     # What a notebook does (the README's ten lines): submit, follow with a progress bar, read
     # the logs of every generation and the history. The kill comes from beside it.

@@ -117,12 +117,9 @@ def parser() -> Parser:
     wait.add_argument("--timeout", type=duration, help="give up after this "
                       "long (600, 600s, 10m); exit 4")
     wait.set_defaults(run=run_wait)
-    for name, run, said in (("suspend", run_suspend, "suspend a job (its pods go, it stays)"),
-                            ("resume", run_resume, "resume a suspended job"),
-                            ("delete", run_delete, "delete a job and what it owns")):
-        command(name, help=said).set_defaults(run=run)
-    for one in (status, logs, wait, *(commands.choices[n] for n in
-                                      ("suspend", "resume", "delete"))):
+    for name, (_, _, said) in CHANGES.items():
+        command(name, help=said).set_defaults(run=run_change)
+    for one in (status, logs, wait, *(commands.choices[n] for n in CHANGES)):
         one.add_argument("job", help="the job's name")
     for one in (listed, status, wait):
         one.add_argument("-o", "--output", choices=OUTPUTS, help="machine-readable output")
@@ -293,21 +290,18 @@ def run_wait(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def run_suspend(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    client.suspend(args.job)
-    print(f"job {args.job} suspended", file=out)
-    return EXIT_OK
+# The commands that change a job: the client's call, what is said after, the help.
+CHANGES: dict[str, tuple[Callable[[Client, str], object], str, str]] = {
+    "suspend": (Client.suspend, "suspended", "suspend a job (its pods go, it stays)"),
+    "resume": (Client.resume, "resumed", "resume a suspended job"),
+    "delete": (Client.delete, "deleted", "delete a job and what it owns"),
+}
 
 
-def run_resume(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    client.resume(args.job)
-    print(f"job {args.job} resumed", file=out)
-    return EXIT_OK
-
-
-def run_delete(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    client.delete(args.job)
-    print(f"job {args.job} deleted", file=out)
+def run_change(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    change, done, _ = CHANGES[args.subcommand]
+    change(client, args.job)
+    print(f"job {args.job} {done}", file=out)
     return EXIT_OK
 
 

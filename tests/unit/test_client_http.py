@@ -10,7 +10,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -173,18 +173,6 @@ def kubeconfig(path: Path, server: str) -> Path:
     return path
 
 
-def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeApi]:
-    """The fake API server, and KUBECONFIG pointing at it (each test module's `api`)."""
-    fake = FakeApi()
-    fake.start()
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "kubeconfig", fake.url)))
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture
-def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeApi]:
-    yield from serve(tmp_path, monkeypatch)
 
 
 def closed_port() -> int:

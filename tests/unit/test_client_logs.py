@@ -6,9 +6,7 @@ following them through the fake API server (test_client_http.py)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,15 +35,8 @@ from tests.unit.test_client_http import (
     FakeApi,
     Request,
     job_body,
-    serve,
     status_error,
 )
-
-
-@pytest.fixture
-def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeApi]:
-    """The fake API server (test_client_http.py), and KUBECONFIG pointing at it."""
-    yield from serve(tmp_path, monkeypatch)
 
 Obj = dict[str, Any]
 WARM = "==== multiworker: generation 2 of worker 0, warm start (spare ready for 3.2s) at " \

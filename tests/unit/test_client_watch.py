@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from multiworker.client import Client, JobFailed, JobNotFound, WaitTimeout
@@ -22,14 +20,7 @@ from tests.unit.test_client_http import (
     event,
     job_body,
     job_list,
-    serve,
 )
-
-
-@pytest.fixture
-def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeApi]:
-    """The fake API server (test_client_http.py), and KUBECONFIG pointing at it."""
-    yield from serve(tmp_path, monkeypatch)
 
 
 def watched(api: FakeApi, listed: Obj, *streams: Answer) -> None:

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,15 +48,8 @@ from tests.unit.test_client_http import (
     job_body,
     job_list,
     kubeconfig,
-    serve,
     status_error,
 )
-
-
-@pytest.fixture
-def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeApi]:
-    """The fake API server (test_client_http.py), and KUBECONFIG pointing at it."""
-    yield from serve(tmp_path, monkeypatch)
 
 NOW = datetime(2026, 11, 29, 16, 10, tzinfo=UTC)
 FINISHED: dict[str, Any] = {

@@ -53,7 +53,7 @@ def kubectl_mwj(cluster: Cluster) -> tuple[list[str], dict[str, str]]:
 def run_mwj(cluster: Cluster, *args: str, env: dict[str, str] | None = None,
             ) -> subprocess.CompletedProcess[str]:
     command, plugin_env = kubectl_mwj(cluster)
-    proc = subprocess.run([*command, *args], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([*command, *args], capture_output=True, text=True, timeout=300,
                           env={**plugin_env, **(env or {})}, check=False)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
@@ -122,6 +122,13 @@ def test_a_job_restarted_in_place_through_the_client_and_kubectl_mwj(
     assert said.stdout == "[worker-0 gen 0] hello from worker 0\n", (said.stdout, said.stderr)
     shipped = json.loads(jobs.kubectl("get", "configmap", "hello-script", "-o", "json").stdout)
     assert [o["name"] for o in shipped["metadata"]["ownerReferences"]] == ["hello"]
+    # ... and the CPU example, followed to its end (3 epochs: a short run).
+    plugin_run = run_mwj(cluster, "-n", namespace, "submit", "-f", str(EXAMPLE), "--name",
+                         "digits-plugin", "--workers", "2", "--cpu", "200m", "--env",
+                         "TRAIN_EPOCHS=3", "--follow")
+    assert plugin_run.returncode == 0 and "Succeeded" in plugin_run.stdout, \
+        (plugin_run.stdout[-2000:], plugin_run.stderr)
+    assert jobs.status("digits-plugin")["phase"] == "Succeeded"
 
     # What a notebook does (the README's ten lines): submit, follow with a progress bar, read
     # the logs of every generation and the history. The kill comes from beside it.

@@ -128,8 +128,14 @@ def test_a_crash_restarts_the_same_pods_once_every_old_trainer_stopped() -> None
     assert "inPlaceSince" not in cluster.status or cluster.status["inPlaceSince"] is None
     for i in range(3):
         trainer_started(cluster, i)
-    # The chief's warm launcher says how it started generation 1's trainer.
-    pod_of(cluster, 0)["metadata"]["annotations"][names.ANNOTATION_LAUNCHER] = json.dumps(
+    # The chief's launcher, still holding generation 1, reports its last trainer's path: not
+    # this generation's start, which it says once it runs the trainer (warm).
+    annotations = pod_of(cluster, 0)["metadata"]["annotations"]
+    annotations[names.ANNOTATION_LAUNCHER] = json.dumps(
+        {"generation": 1, "state": "held", "path": "cold"})
+    step(cluster)
+    assert cluster.status["history"][-1].get("trainerStart") is None
+    annotations[names.ANNOTATION_LAUNCHER] = json.dumps(
         {"generation": 1, "state": "running", "path": "warm"})
     step(cluster)
     assert cluster.status["phase"] == "Running"

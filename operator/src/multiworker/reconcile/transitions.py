@@ -258,7 +258,9 @@ def chief_trainer_start(p: Pass) -> Literal["warm", "cold"] | None:
         report = json.loads(raw) if raw else {}
     except ValueError:
         return None
-    if not isinstance(report, dict) or report.get("generation") != p.status.group_generation:
+    # A held launcher's `path` is its last trainer's: the new one has not started yet.
+    if not isinstance(report, dict) or report.get("generation") != p.status.group_generation \
+            or report.get("state") not in ("running", "exited"):
         return None
     how = report.get("path")
     return how if how in ("warm", "cold") else None

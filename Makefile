@@ -113,20 +113,20 @@ chaos: venv binaries ## the full chaos suite on the local cluster (sizes: CHAOS_
 	CHAOS_KILLS=$${CHAOS_KILLS:-60} CHAOS_JOBS=$${CHAOS_JOBS:-8} CHAOS_SPECS=$${CHAOS_SPECS:-5000} \
 	CHAOS_ABUSE_SECONDS=$${CHAOS_ABUSE_SECONDS:-120} CLUSTER=$(CLUSTER) $(PYTEST) tests/chaos
 
-# make test: first every test that may share the cluster with others, in TEST_WORKERS
-# pytest-xdist workers (tests that share one resource hold its lock and run in one worker:
-# tests.support.USES_NODE_GPUS); then the tests marked `alone` (tests.support.alone: they
-# stop the control plane, add fake nodes, take most of the node or time themselves), one at
-# a time. Both always run; the exit code is the
+# make test: first the tests marked `alone` (tests.support.alone: they stop the control plane,
+# add fake nodes, take most of the node or time themselves), one at a time; then every other
+# test, in TEST_WORKERS pytest-xdist workers (tests that share one resource hold its lock and
+# run in one worker: tests.support.USES_NODE_GPUS). The serial part comes first because it
+# mostly waits: what runs beside make test (CI's Go builds and its kind tier) takes the CPU it
+# leaves, and is done sooner for the parallel part. Both always run; the exit code is the
 # first failure's. TEST_WORKERS (default: one more than the cores, at most 4: the tests mostly
-# wait on the cluster and TensorFlow) =0 runs the first part in one process, without xdist.
-TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); n=$$((n + 1)); [ "$$n" -le 4 ] || n=4; echo $$n)
-
+# wait on the cluster and TensorFlow) =0 runs the second part in one process, without xdist.
 test: venv binaries ## everything CI runs: verify, then all test tiers on the local real cluster
 	$(MAKE) verify
 	rc=0; \
-	CLUSTER=$(CLUSTER) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup -m "not alone" tests || rc=$$?; \
-	CLUSTER=$(CLUSTER) $(PYTEST) -m alone tests || { r=$$?; [ $$rc -ne 0 ] || rc=$$r; }; \
+	CLUSTER=$(CLUSTER) $(PYTEST) -m alone tests || rc=$$?; \
+	CLUSTER=$(CLUSTER) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup -m "not alone" tests \
+	  || { r=$$?; [ $$rc -ne 0 ] || rc=$$r; }; \
 	exit $$rc
 
 clean: cluster-down ## stop the cluster and remove local state (caches stay)

@@ -48,7 +48,7 @@ USES_FAKE_NODES = pytest.mark.shares("fake-nodes")
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "alone(reason): runs with no other test on the cluster; `make test` runs "
-        "these after the parallel ones, one at a time (tests.support.alone)")
+        "these first, one at a time, then the others in parallel (tests.support.alone)")
     config.addinivalue_line(
         "markers", "shares(resource): holds the resource's lock while it runs, so tests that "
         "share it run one at a time whatever pytest-xdist worker runs them")

@@ -19,7 +19,7 @@ USES_NODE_GPUS = pytest.mark.shares("node-gpus")
 
 
 def alone(reason: str) -> pytest.MarkDecorator:
-    """Run with no other test on the cluster (`make test` runs these after the parallel ones,
+    """Run with no other test on the cluster (`make test` runs these before the parallel ones,
     one at a time); the reason says what the test would do to the others, or they to it."""
     return pytest.mark.alone(reason)
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds (once per pinned version) the Kubernetes, CoreDNS, helm and kind (and on request kwok) binaries the
-# local cluster needs, from Go modules only, into $MW_CACHE/bin/<name>-<version>.
+# Builds (once per pinned version) the Kubernetes, CoreDNS, helm and kind (and on request kwok)
+# binaries the local cluster needs, from Go modules only (one module: k8s-build/go.mod), into
+# $MW_CACHE/bin/<name>-<version>.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -29,44 +30,47 @@ if [ ${#missing[@]} -gt 0 ]; then
   rmdir "$out"
 fi
 
-go_install() { # name module@version version
-  local name=$1 mod=$2 ver=$3 lock
+# The tools, from the same module (k8s-build/go.mod): they share most of their code with the
+# Kubernetes binaries, which the build cache then holds. go.mod must pin what versions.env says.
+mod_version() { (cd "$here/k8s-build" && go list -m -f '{{.Version}}' "$1"); }
+tools=()
+tool() { # name version module package
+  local name=$1 ver=$2 mod=$3 pkg=$4 pinned
   [ -x "$bin/$name-$ver" ] && return 0
-  # One build of a binary at a time: CI builds some ahead in the background (.ci/run), and a
-  # test fixture that needs one meanwhile waits for that build instead of starting its own.
-  exec {lock}>"$bin/.$name.lock"
-  flock "$lock"
-  [ -x "$bin/$name-$ver" ] && { exec {lock}>&-; return 0; }
-  echo "building $name $ver"
-  local gb; gb=$(mktemp -d)
-  GOBIN=$gb go install -trimpath -ldflags "-s -w" "$mod@$ver" 2>&1 | grep -v "^go: downloading" || true
-  [ -n "$(ls "$gb")" ] || { echo "build of $name failed" >&2; exit 1; }
-  mv "$gb/$(ls "$gb")" "$bin/$name-$ver"; rmdir "$gb"
-  exec {lock}>&-
+  pinned=$(mod_version "$mod")
+  [ "$pinned" = "${ver%%-*}" ] || {
+    echo "k8s-build/go.mod pins $mod $pinned, versions.env says ${ver%%-*}: make them agree" \
+      "(cd hack/cluster/k8s-build && go get -tool $pkg@${ver%%-*})" >&2; exit 1; }
+  tools+=("$name $ver $pkg")
 }
-# CoreDNS with only the plugins the clusters' Corefiles use (coredns-build/main.go: a third less
-# to compile cold than the full build); the key covers that package, so editing it rebuilds.
-coredns_src=$here/coredns-build
-pinned=$(cd "$coredns_src" && go list -m -f '{{.Version}}' github.com/coredns/coredns)
-[ "$pinned" = "$COREDNS_VERSION" ] || {
-  echo "coredns-build/go.mod pins coredns $pinned, versions.env says $COREDNS_VERSION:" \
-    "make them agree" >&2; exit 1; }
-coredns=coredns-$COREDNS_VERSION-$(cat "$coredns_src"/go.mod "$coredns_src"/go.sum "$coredns_src"/*.go \
-  | sha256sum | cut -c1-8)
-if [ ! -x "$bin/$coredns" ]; then
-  echo "building coredns $COREDNS_VERSION (the plugins of coredns-build/main.go)"
-  out=$(mktemp -d)
-  (cd "$coredns_src" && go build -trimpath -ldflags "-s -w" -o "$out/coredns" .)
-  mv "$out/coredns" "$bin/$coredns"; rmdir "$out"
+# CoreDNS with only the plugins the clusters' Corefiles use (k8s-build/coredns/main.go: a third
+# less to compile cold than the full build); the key covers that file, so editing it rebuilds.
+coredns=$COREDNS_VERSION-$(sha256sum <"$here/k8s-build/coredns/main.go" | cut -c1-8)
+tool coredns "$coredns" github.com/coredns/coredns ./coredns
+tool helm "$HELM_VERSION" helm.sh/helm/v3 helm.sh/helm/v3/cmd/helm
+tool kind "$KIND_VERSION" sigs.k8s.io/kind sigs.k8s.io/kind
+# kwok only for fake nodes (the tests of tests/conftest.py's fake_nodes, scale benchmarks):
+# built on request (`build-binaries.sh kwok`).
+[ "${1:-}" = kwok ] && tool kwok "$KWOK_VERSION" sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok
+if [ ${#tools[@]} -gt 0 ]; then
+  # One build of the tools at a time: CI builds kwok ahead in the background (.ci/run), and a
+  # test fixture that needs it meanwhile waits for that build instead of starting its own.
+  exec {lock}>"$bin/.tools.lock"
+  flock "$lock"
+  for t in "${tools[@]}"; do
+    read -r name ver pkg <<<"$t"
+    [ -x "$bin/$name-$ver" ] && continue
+    echo "building $name ${ver%%-*}"
+    out=$(mktemp -d)
+    (cd "$here/k8s-build" && go build -trimpath -ldflags "-s -w" -o "$out/$name" "$pkg")
+    mv "$out/$name" "$bin/$name-$ver"; rmdir "$out"
+  done
+  exec {lock}>&-
 fi
-go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
-go_install kind sigs.k8s.io/kind "$KIND_VERSION"
-# kwok only for scale benchmarks with fake nodes: built on request (`build-binaries.sh kwok`).
-[ "${1:-}" = kwok ] && go_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
 
 # Stable names for scripts and users.
 for c in "${k8s_cmds[@]}"; do ln -sf "$c-$K8S_VERSION" "$bin/$c"; done
-ln -sf "$coredns" "$bin/coredns"; ln -sf "helm-$HELM_VERSION" "$bin/helm"
+ln -sf "coredns-$coredns" "$bin/coredns"; ln -sf "helm-$HELM_VERSION" "$bin/helm"
 ln -sf "kind-$KIND_VERSION" "$bin/kind"
 [ -x "$bin/kwok-$KWOK_VERSION" ] && ln -sf "kwok-$KWOK_VERSION" "$bin/kwok"
 echo "binaries ready in $bin"

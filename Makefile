@@ -121,6 +121,8 @@ chaos: venv binaries ## the full chaos suite on the local cluster (sizes: CHAOS_
 # leaves, and is done sooner for the parallel part. Both always run; the exit code is the
 # first failure's. TEST_WORKERS (default: one more than the cores, at most 4: the tests mostly
 # wait on the cluster and TensorFlow) =0 runs the second part in one process, without xdist.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); n=$$((n + 1)); [ "$$n" -le 4 ] || n=4; echo $$n)
+
 test: venv binaries ## everything CI runs: verify, then all test tiers on the local real cluster
 	$(MAKE) verify
 	rc=0; \

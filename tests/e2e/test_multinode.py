@@ -189,9 +189,9 @@ def test_lost_node_restarts_the_group_on_the_remaining_node_as_a_disruption(
     assert f"node {victim} last renewed its Lease at" in failure["message"], failure
     assert set(placement(jobs, name, 1).values()) == {survivor}
     # The workers left on the other node waited in their collective for the frozen peers; the
-    # operator's SIGTERM made them save their replicas, and the new group resumed from those.
+    # operator's SIGTERM made them save a copy of the state, and the new group resumed there.
     progress = jobs.status(name).get("progress") or {}
-    assert (progress.get("resumedFrom") or "").startswith("survivor worker-"), progress
+    assert (progress.get("resumedFrom") or "").startswith("survivors of generation"), progress
     # The node comes back while the new group trains: nothing on it may read as lost now.
     outages.end(victim)
     wait_node_ready(cluster, victim)

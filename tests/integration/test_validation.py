@@ -154,7 +154,7 @@ def test_defaults_are_visible_in_the_stored_job(jobs: Jobs) -> None:
     assert spec["restartPolicy"] == {"maxRestarts": 3, "maxDisruptions": 20, "backoffSeconds": 1,
                                      "maxBackoffSeconds": 300, "defaultAction": "RestartGroup",
                                      "mode": "Recreate", "agentPort": 8472,
-                                     "survivorSaveSeconds": 10, "warmStandby": True,
+                                     "survivorSaveSeconds": 300, "warmStandby": True,
                                      "warmModules": ["tensorflow"],
                                      "failFastOnRepeatedStartupError": True}
     assert spec["health"]["progressPort"] == 8471

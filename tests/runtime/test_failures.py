@@ -95,7 +95,7 @@ def test_killed_worker_aborts_the_group_which_then_resumes(
     saved = [s for w in survivors if (s := survivor_step(w)) is not None]
     if survivor_saves:
         assert saved and all(abs(s - last_step) <= 1 for s in saved), (saved, last_step)
-        expected, origin = max(saved), "survivor worker-"
+        expected, origin = max(saved), "survivors of generation 0"
     else:
         assert not saved, launcher.logs()
         expected, origin = periodic, "checkpoint"

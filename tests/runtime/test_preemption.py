@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from multiworker.runtime.preemption import StopSignal
 
 from tests.runtime.workers import (
     Launcher,
@@ -100,3 +101,13 @@ def test_a_trainer_superseded_in_place_exits_at_once(
     assert "restarts in place as a newer generation: exiting at once" in workers[1].log()
     assert "checkpointed step" not in workers[1].log()
     workers[0].signal(signal.SIGKILL)
+
+
+def test_a_superseded_trainer_writing_the_survivors_copy_finishes_it_first() -> None:
+    """The SIGTERM of an in-place restart reaches the main thread between the parts of its
+    survivors' save: exiting there would leave its parts unwritten. It exits once the save is
+    done instead (the collective's abort, exit 4)."""
+    stop = StopSignal(superseded=lambda: True)
+    stop.saving = lambda: True
+    stop._handle(signal.SIGTERM, None)
+    assert stop.requested()

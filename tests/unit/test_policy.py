@@ -23,6 +23,7 @@ from multiworker.decide.policy import (
     refused_start_action,
     replacement_action,
     success_action,
+    survivor_save_grace,
 )
 from multiworker.decide.progress import GroupHealth, WorkerTrack
 from multiworker.decide.startup import startup_deadline
@@ -346,10 +347,27 @@ def test_a_group_that_ended_broken_is_deleted_with_a_short_grace_period(
                             message="", time=at(10), action=action)
     assert broken_group_grace(failure, 0, own) == grace
     assert broken_group_grace(None, 0, own) is None
-    # Workers that save their replicas on the way out (the runtime, with checkpoints) get
-    # spec.restartPolicy.survivorSaveSeconds instead of 3 s, never more than their own.
-    saving = broken_group_grace(failure, 0, own, survivor_save=10)
-    assert saving == (None if grace is None else min(own, 10))
+    # Workers that save a copy on the way out (the runtime, with checkpoints) get what the
+    # save needs (survivor_save_grace) instead of 3 s, more than their own if it needs it.
+    saving = broken_group_grace(failure, 0, own, survivor_save=70)
+    assert saving == (None if grace is None else 70)
+
+
+@pytest.mark.parametrize(("expected", "rate", "cap", "grace"), [
+    (None, 80.0, 300, 10),   # no figure (the chief had not stepped): the floor
+    (0.05, 80.0, 300, 10),   # the test model: the floor
+    (2.4, None, 300, 10),    # 2 x 2.4 + 5 = 9.8: the floor
+    (10.0, None, 300, 25),   # twice the expected time and 5 s
+    (10.0, 0.25, 300, 37),   # and three 4-second steps to tell the collective is stuck
+    (60.2, 2.0, 300, 127),   # a 12 GB state over 200 MB/s: 1.5 + 120.4, rounded up, + 5
+    (500.0, 1.0, 300, 300),  # never more than spec.restartPolicy.survivorSaveSeconds
+    (None, None, 4, 4),      # nor the floor
+    (3.0, 1.0, 0, 0),        # 0: the survivors get no time
+])
+def test_survivors_get_twice_the_expected_save_time_within_the_cap(
+    expected: float | None, rate: float | None, cap: int, grace: int
+) -> None:
+    assert survivor_save_grace(expected, rate, cap) == grace
 
 
 @pytest.mark.parametrize(("spent", "kind", "delay"), [

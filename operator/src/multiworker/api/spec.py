@@ -142,11 +142,14 @@ class RestartPolicy(Model):
     a step past its restored one on GET /progress, or, for a script that serves none, the
     failing container ran under 5 minutes. Errors from peers (UnavailableError, ...) never
     count."""
-    survivor_save_seconds: int = Field(default=10, ge=0, le=600)
-    """How long the pods of a group broken by a worker's failure or a lost node may take to
-    stop, when its workers run the multiworker runtime with checkpoints: its survivors save
-    their replicas on the way out (0.1 s for the test model; longer for a large model on slow
-    storage) and exit as soon as they have. Other jobs' broken groups get 3 s."""
+    survivor_save_seconds: int = Field(default=300, ge=0, le=3600)
+    """The most the pods of a group broken by a worker's failure or a lost node may take to
+    stop, when its workers run the multiworker runtime with checkpoints: its survivors write
+    one copy of the model's state between them on the way out and exit as soon as it is
+    complete. They get twice the time the chief measured writing the state once takes
+    (status.progress.expectedSaveSeconds) and 5 s, at least 10 s, at most this: 0.1 s for the
+    test model; a 1-billion-parameter model with Adam (12 GB) over a 200 MB/s volume, 60 s.
+    Other jobs' broken groups get 3 s."""
     warm_standby: bool = True
     """InPlace only: each pod keeps a spare Python interpreter that has already imported
     warmModules, and the next generation's trainer runs in it (the training container's command

@@ -89,9 +89,15 @@ class ProgressStatus(Model):
     """Step the current generation restored from its checkpoint; 0 when it started afresh,
     unset until its chief reports."""
     resumed_from: str | None = Field(default=None, max_length=128)
-    """Where that state came from: `checkpoint` (the periodic one), or `survivor worker-2,
-    generation 3` (saved by a worker that outlived a peer's death); followed by `; unreadable,
-    passed over: ckpt-N` where newer saves could not be read."""
+    """Where that state came from: `checkpoint` (the periodic one), or `survivors of
+    generation 3 (workers 0, 2)` (the copy the workers that outlived a peer's death wrote
+    together); followed by `; unreadable, passed over: ckpt-N` where newer saves could not be
+    read."""
+    expected_save_seconds: float | None = None
+    """How long writing the model's state once takes on the checkpoint volume, as the chief
+    measured it (the state's bytes over the write rate of its last checkpoint, or of a probe
+    before it): a group broken by a worker's failure gives its survivors about twice this to
+    save a copy of the state together, within spec.restartPolicy.survivorSaveSeconds."""
     updated_at: Time | None = None
     """When the chief finished its latest step."""
 

@@ -8,6 +8,7 @@ up. Which workers a node takes with it is lost_nodes.py's, a group's start-up st
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -50,6 +51,15 @@ NODE_PROOF_WINDOW = timedelta(seconds=STALE_HEARTBEAT_SECONDS + 1)
 # broken collective can take — its trainer would sit in a collective until SIGKILL. Seconds
 # are left for sidecars to flush.
 BROKEN_GROUP_GRACE_SECONDS = 3
+# A broken group's survivors writing their copy of the state (runtime/survivors.py) get twice
+# the time the chief expects writing it once to take (status.progress.expectedSaveSeconds: on
+# a shared volume the survivors' parts share its bandwidth), after the time a survivor waiting
+# in the broken collective takes to tell it is stuck (no step for three of its usual ones),
+# and this margin; this long when the chief reported no figure (it had not stepped yet) or a
+# shorter one.
+SURVIVOR_SAVE_MARGIN_SECONDS = 5
+SURVIVOR_SAVE_FLOOR_SECONDS = 10
+SURVIVOR_STUCK_STEPS = 3  # runtime/survivors.Witness.stuck
 # How often a group the scheduler refuses looks again at the nodes it was created to avoid: a
 # renewed Lease wakes no job that has no pod on that node.
 AVOIDED_NODE_RECHECK_SECONDS = 5.0
@@ -197,22 +207,38 @@ def lost_node_action(spec: MultiWorkerJobSpec, status: JobStatus, group: Observe
     return NO_ACTION
 
 
+def survivor_save_grace(expected: float | None, steps_per_second: float | None,
+                        cap: int) -> int:
+    """How long a broken group's survivors may take to save their copy of the state: three
+    of the chief's steps (status.progress.stepsPerSecond) to tell they are stuck, `expected`
+    (status.progress.expectedSaveSeconds) twice over and a margin; at least
+    SURVIVOR_SAVE_FLOOR_SECONDS, at most `cap` (spec.restartPolicy.survivorSaveSeconds).
+    They exit as soon as the copy is complete: this bounds only a save that cannot finish."""
+    if expected is None:
+        return min(cap, SURVIVOR_SAVE_FLOOR_SECONDS)
+    stuck = SURVIVOR_STUCK_STEPS / steps_per_second if steps_per_second else 0.0
+    wanted = math.ceil(stuck + 2 * expected) + SURVIVOR_SAVE_MARGIN_SECONDS
+    return min(cap, max(SURVIVOR_SAVE_FLOOR_SECONDS, wanted))
+
+
 def broken_group_grace(failure: FailureRecord | None, generation: int | None,
                        own_grace: int, survivor_save: int | None = None) -> int | None:
     """The grace period for deleting a pod of group `generation` (None: the pod's own).
 
     A group whose end `failure` records as broken — a worker's process failed (a counted
-    restart) or its node was lost — gets at most BROKEN_GROUP_GRACE_SECONDS, or
-    `survivor_save` (spec.restartPolicy.survivorSaveSeconds) where its survivors save their
-    replicas on the way out (the runtime's workers, with checkpoints). Disruptions (an
-    eviction, a preemption, a deleted pod) and hangs keep theirs: every trainer may be alive
-    there (a stall they all share), and saving with the others."""
+    restart) or its node was lost — gets at most BROKEN_GROUP_GRACE_SECONDS (its own if
+    shorter), or `survivor_save` (survivor_save_grace) where its survivors save their copy of
+    the state on the way out (the runtime's workers, with checkpoints): that save may need
+    longer than the pod's own grace, which is for a checkpoint the whole group takes on
+    SIGTERM. Disruptions (an eviction, a preemption, a deleted pod) and hangs keep theirs:
+    every trainer may be alive there (a stall they all share), and saving with the others."""
     if failure is None or generation is None or failure.generation != generation:
         return None
     broken = failure.reason == "NodeLost" or (
         failure.exit_code not in (None, 0) and failure.action == ActionKind.RESTART_GROUP)
-    bound = BROKEN_GROUP_GRACE_SECONDS if survivor_save is None else survivor_save
-    return min(own_grace, bound) if broken else None
+    if not broken:
+        return None
+    return min(own_grace, BROKEN_GROUP_GRACE_SECONDS) if survivor_save is None else survivor_save
 
 
 def disruption_action(spec: MultiWorkerJobSpec, status: JobStatus, culprit: Culprit) -> Action:

@@ -56,10 +56,12 @@ class Report(BaseModel):
     last_checkpoint_step: int = Field(default=0, ge=0)
     restored_from_step: int = Field(default=0, ge=0)
     restored_from: str = Field(default="", max_length=128)
+    expected_save_seconds: float | None = Field(default=None, ge=0)
     updated_at: float | None = None  # unix seconds of the worker's last step
     peers: tuple[PeerWait, ...] = Field(default=(), max_length=16)
 
-    @field_validator("steps_per_second", "loss", "accuracy", "updated_at", mode="after")
+    @field_validator("steps_per_second", "loss", "accuracy", "updated_at", "expected_save_seconds",
+                     mode="after")
     @classmethod
     def _finite(cls, value: float | None) -> float | None:
         """JSON has no NaN or infinity, and the API cannot store them."""
@@ -199,7 +201,7 @@ def progress_of(health: GroupHealth | None) -> ProgressStatus | None:
         step=r.step, epoch=r.epoch, steps_per_second=r.steps_per_second, loss=r.loss,
         accuracy=r.accuracy, last_checkpoint_step=r.last_checkpoint_step,
         resumed_from_step=r.restored_from_step, resumed_from=r.restored_from or None,
-        updated_at=r.updated,
+        expected_save_seconds=r.expected_save_seconds, updated_at=r.updated,
     )
 
 
@@ -218,7 +220,7 @@ def final_progress(termination_message: str) -> ProgressStatus | None:
         step=r.step, epoch=r.epoch, steps_per_second=r.steps_per_second, loss=r.loss,
         accuracy=r.accuracy, last_checkpoint_step=r.last_checkpoint_step,
         resumed_from_step=r.restored_from_step, resumed_from=r.restored_from or None,
-        updated_at=r.updated,
+        expected_save_seconds=r.expected_save_seconds, updated_at=r.updated,
     )
 
 

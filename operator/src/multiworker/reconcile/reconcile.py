@@ -52,6 +52,7 @@ from multiworker.decide.policy import (
     product_full_action,
     replacement_action,
     success_action,
+    survivor_save_grace,
 )
 from multiworker.decide.progress import GroupHealth
 from multiworker.decide.startup import startup_deadline
@@ -188,15 +189,19 @@ def delete_stale_pods(p: Pass) -> Flow:
         return Flow.DONE
     ns, deletions = p.job.namespace, []
     stale = move_in_place(p)
-    fenced = p.job.spec.checkpoint is not None and p.status.progress is not None
+    progress = p.status.progress
+    fenced = p.job.spec.checkpoint is not None and progress is not None
     own_grace = (p.job.spec.template.spec.model_extra or {}).get(
         "terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    survivor_save = survivor_save_grace(
+        progress.expected_save_seconds, progress.steps_per_second,
+        p.job.spec.restart_policy.survivor_save_seconds) \
+        if fenced and progress is not None else None
     doomed: dict[tuple[int | None, int | None], list[StalePod]] = {}  # (generation, grace)
     for pod in stale:
         if pod.deletion is None:
-            grace = broken_group_grace(
-                p.status.last_failure, pod.generation, own_grace,
-                p.job.spec.restart_policy.survivor_save_seconds if fenced else None)
+            grace = broken_group_grace(p.status.last_failure, pod.generation, own_grace,
+                                       survivor_save)
             doomed.setdefault((pod.generation, grace), []).append(pod)
             continue
         due = pod.deletion + FORCE_DELETE_AFTER

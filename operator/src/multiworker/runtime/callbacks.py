@@ -98,9 +98,15 @@ class CheckpointCallback(keras.callbacks.Callback):
         self._board = board
         self._every_steps = every_steps
 
+        self._expected = False  # the expected save time reported (after the first step)
+
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if self._every_steps and step_of(self.model) % self._every_steps == 0:
             self._save()
+        elif not self._expected:
+            # After the first step: the optimizer's slots exist only once it ran.
+            self._board.expect_save(self._store.expected_save_seconds())
+            self._expected = True
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if self._every_steps is None:
@@ -108,6 +114,8 @@ class CheckpointCallback(keras.callbacks.Callback):
 
     def _save(self) -> None:
         self._board.checkpointed(self._store.save())
+        self._board.expect_save(self._store.expected_save_seconds())
+        self._expected = True
 
 
 class PreemptionCallback(keras.callbacks.Callback):

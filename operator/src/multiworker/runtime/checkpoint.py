@@ -14,10 +14,12 @@ of the job claimed the directory (fence.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import tempfile
+import time
 
 import keras
 import tensorflow as tf
@@ -34,6 +36,7 @@ from multiworker.runtime.samples import SampleCount, checkpointed
 log = logging.getLogger(__name__)
 
 KEEP_CHECKPOINTS = 2  # the previous one survives a crash in the middle of writing the latest
+PROBE_BYTES = 16 * 2**20  # written (and synced) once to measure the volume before a checkpoint
 ORIGIN_LENGTH = 128  # of the report's restoredFrom, as the operator reads it (status.resumedFrom)
 
 
@@ -56,6 +59,8 @@ class CheckpointStore:
         self._fence = fence.own_fence(config)
         self._survivor: survivors.SurvivorSave | None = None
         self._passed_over: list[str] = []  # newer candidates that could not be read
+        self._probed: float | None = None  # bytes/s of a synced write here (the probe)
+        self._saved: float | None = None  # bytes/s of the chief's last checkpoint
         self.last_saved_step = 0
 
     def candidates(self) -> list[tuple[str | None, int]]:
@@ -124,11 +129,11 @@ class CheckpointStore:
         """Restores `source` into the model; None, or why it could not."""
         try:
             if self._survivor is not None and source == self._survivor.path:
-                # Written without the manager's save counter (survivors.save); its optimizer
-                # may have counted the step that failed: the save names the step its weights
-                # reflect.
-                checkpointed(self._model, self._samples, source) \
-                    .read(source).assert_existing_objects_matched()  # write()'s counterpart
+                # The survivors' copy, in parts (survivors.py); its optimizer may have counted
+                # the step that failed: the copy names the step its weights reflect.
+                survivors.restore(self._survivor,
+                                  survivors.state_variables(self._model, self._samples),
+                                  self._config.job_uid)
                 self._model.optimizer.iterations.assign(self._survivor.step)
             else:
                 # One saved without a sample count restores all but it
@@ -152,14 +157,51 @@ class CheckpointStore:
             self._identity_written = True
         if self._samples is not None:
             self._samples.mark(step)
+        started = time.monotonic()
         path = self._manager.save(checkpoint_number=step)
         if self._config.is_chief:
+            self._saved = self.state_bytes() / max(time.monotonic() - started, 1e-3)
             log.info("checkpoint saved: %s", path)
             survivors.prune(self._directory, step)
         else:
             shutil.rmtree(self._write_dir, ignore_errors=True)
         self.last_saved_step = step
         return step
+
+
+    def state_bytes(self) -> int:
+        return survivors.state_bytes(survivors.state_variables(self._model, self._samples))
+
+    def expected_save_seconds(self) -> float | None:
+        """How long writing the state once takes on this directory: its bytes over the
+        slower of the write rates measured there — a synced probe (survivors sync their parts)
+        and the chief's last checkpoint. The survivors of a failure write one copy between
+        them (survivors.py), so at most this long where they share the volume's bandwidth; the
+        operator waits for them about twice it (decide/policy.survivor_save_grace). The
+        chief's alone (None elsewhere): the operator reads the chief's report."""
+        if not self._config.is_chief:
+            return None
+        if self._probed is None:
+            self._probed = PROBE_BYTES / max(_probe(self._directory, PROBE_BYTES), 1e-3)
+        rate = min(self._probed, self._saved or self._probed)
+        return round(self.state_bytes() / rate, 3)
+
+
+def _probe(directory: str, size: int) -> float:
+    """Seconds to write and sync `size` bytes to `directory` (a file deleted afterwards)."""
+    path = os.path.join(directory, f".write-probe-{os.getpid()}")
+    block = os.urandom(2**20)  # incompressible, as weights are
+    started = time.monotonic()
+    try:
+        with open(path, "wb") as file:
+            for _ in range(size // len(block)):
+                file.write(block)
+            file.flush()
+            os.fsync(file.fileno())
+        return time.monotonic() - started
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def step_in_name(path: str | None) -> int:

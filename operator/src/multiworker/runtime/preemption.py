@@ -48,6 +48,9 @@ class StopSignal:
         # this worker's replica because training is stuck (exit now), None once training
         # moved since (it stops at an agreed step), False while it cannot tell yet.
         self.last_gasp: Callable[[float], bool | None] = lambda signalled: None
+        # Set by training: whether this worker is writing its share of the survivors' copy
+        # now (survivors.save), which a superseded trainer lets finish.
+        self.saving: Callable[[], bool] = lambda: False
 
     def install(self) -> None:
         """Takes over SIGTERM and starts watching for a newer generation. Call after TF's
@@ -87,9 +90,14 @@ class StopSignal:
             log.warning("second SIGTERM: exiting without a checkpoint")
             exit_now(ExitCode.PREEMPTED)
         if self._superseded():
+            if not self.saving():
+                log.warning("SIGTERM: the group restarts in place as a newer generation: "
+                            "exiting at once (a broken group cannot checkpoint together)")
+                exit_now(ExitCode.PREEMPTED)
             log.warning("SIGTERM: the group restarts in place as a newer generation: exiting "
-                        "at once (a broken group cannot checkpoint together)")
-            exit_now(ExitCode.PREEMPTED)
+                        "once this worker's share of the survivors' copy is written")
+            self.request()
+            return
         log.warning("SIGTERM: will checkpoint and stop at the next step all workers agree on")
         self.request()
 

@@ -8,9 +8,12 @@ training thread and read by the server thread, hence the lock.
 checkpoint), `epoch` counts completed epochs, `accuracy` is the model's training
 `accuracy` metric when it compiles one (else null), `restoredFromStep` is 0 unless this generation
 resumed from a checkpoint, `stepsPerSecond` covers the last 20 steps, `updatedAt` is the unix
-time of the last step (null before the first). `peers` lists the peer endpoints a starting
-worker still waits for and their state (peers.py), `software` what this worker runs, once
-its preflight started (preflight.py); GET /preflight serves that preflight's report.
+time of the last step (null before the first). `expectedSaveSeconds` (the chief's, after its
+first step) is how long writing the state once takes on the checkpoint volume, which the
+operator gives a broken group's survivors twice over to save it. `peers` lists the peer
+endpoints a starting worker still waits for and their state (peers.py), `software` what this
+worker runs, once its preflight started (preflight.py); GET /preflight serves that
+preflight's report.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ class ProgressBoard:
             "accuracy": None,
             "lastCheckpointStep": 0,
             "restoredFromStep": 0,
+            "expectedSaveSeconds": None,
             "updatedAt": None,
             "peers": [],
             "software": None,
@@ -84,9 +88,16 @@ class ProgressBoard:
         self._update(step=step, epoch=epoch, restoredFromStep=step, lastCheckpointStep=step,
                      restoredFrom=origin)
 
-    def survivor_saved(self, step: int, seconds: float) -> None:
-        """A peer failed and this worker saved its replica at `step` (survivors.py)."""
-        self._update(survivorSave={"step": step, "seconds": seconds})
+    def survivor_saved(self, step: int, seconds: float, bytes_written: int = 0) -> None:
+        """A peer failed and the survivors saved a copy of the state at `step`, this worker
+        `bytes_written` of it (survivors.py)."""
+        self._update(survivorSave={"step": step, "seconds": seconds, "bytes": bytes_written})
+
+    def expect_save(self, seconds: float | None) -> None:
+        """How long writing the state once takes (checkpoint.CheckpointStore); None: not
+        known here (a worker other than the chief)."""
+        if seconds is not None:
+            self._update(expectedSaveSeconds=seconds)
 
     def step_done(self, step: int, loss: float | None, accuracy: float | None = None) -> None:
         now = time.time()

@@ -88,6 +88,7 @@ def fit(
     samples = SampleCount() if global_batch else None
     context.stop.last_gasp = lambda signalled: _last_gasp(context, model, witness, signalled,
                                                           samples)
+    context.stop.saving = witness.lock.locked
     first = [WatchdogCallback(context.watchdog), WitnessCallback(witness)]
     try:
         with context.watchdog.armed(), fixed_instance_keys():
@@ -128,7 +129,7 @@ def _save_survivor(context: WorkerContext, model: keras.Model, witness: survivor
         log.exception("could not save this survivor's state")
         return None
     if saved is not None:
-        context.progress.survivor_saved(saved.step, saved.seconds)
+        context.progress.survivor_saved(saved.step, saved.seconds, saved.bytes_written)
     return saved
 
 

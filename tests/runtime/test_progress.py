@@ -47,6 +47,7 @@ def test_progress_reports_the_contract_fields(board: tuple[ProgressBoard, int]) 
         "accuracy": None,
         "lastCheckpointStep": 0,
         "restoredFromStep": 0,
+        "expectedSaveSeconds": None,
         "updatedAt": None,
         "peers": [],
         "software": None,
@@ -60,12 +61,15 @@ def test_progress_follows_training(board: tuple[ProgressBoard, int]) -> None:
     progress.step_done(41, 0.5)
     progress.step_done(42, 0.25, 0.875)
     progress.checkpointed(42)
+    progress.expect_save(3.5)
+    progress.expect_save(None)  # a worker other than the chief has no figure: kept
     progress.epoch_done(3)
 
     state = get(port)
     assert state["phase"] == "training"
     assert (state["step"], state["epoch"], state["loss"], state["accuracy"]) == (42, 3, 0.25, 0.875)
     assert (state["restoredFromStep"], state["lastCheckpointStep"]) == (40, 42)
+    assert state["expectedSaveSeconds"] == 3.5
     assert isinstance(state["updatedAt"], float)
     assert isinstance(state["stepsPerSecond"], float) and state["stepsPerSecond"] > 0
 

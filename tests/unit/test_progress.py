@@ -130,7 +130,16 @@ def test_progress_is_the_chiefs() -> None:
     assert (progress.step, progress.resumed_from_step, progress.last_checkpoint_step) == (
         63, 40, 10)
     assert progress_key(progress) == (63, 6, 10, 40)
+    assert progress.expected_save_seconds is None  # not reported (yet): none
     assert progress_of(polls((0, {0: None, 1: report(1)}))) is None
+
+
+def test_the_chiefs_expected_save_time_reaches_status() -> None:
+    """The operator's grace for a broken group's survivors follows it
+    (policy.survivor_save_grace)."""
+    saving = report(step=63, expectedSaveSeconds=12.91)
+    progress = progress_of(polls((0, {0: saving, 1: report(1, step=63)})))
+    assert progress is not None and progress.expected_save_seconds == 12.91
 
 
 @pytest.mark.parametrize(("phase", "step", "shown"), [

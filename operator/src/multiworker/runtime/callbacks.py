@@ -97,7 +97,6 @@ class CheckpointCallback(keras.callbacks.Callback):
         self._store = store
         self._board = board
         self._every_steps = every_steps
-
         self._expected = False  # the expected save time reported (after the first step)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:

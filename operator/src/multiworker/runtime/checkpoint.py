@@ -168,7 +168,6 @@ class CheckpointStore:
         self.last_saved_step = step
         return step
 
-
     def state_bytes(self) -> int:
         return survivors.state_bytes(survivors.state_variables(self._model, self._samples))
 

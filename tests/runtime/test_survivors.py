@@ -151,16 +151,19 @@ def test_a_copy_not_complete_is_never_chosen(tmp_path: Path) -> None:
 
 
 def put_copy(root: Path, generation: int, step: int, *, uid: str = UID, parts: int = 2,
-             done: int | None = None, poisoned: bool = False) -> None:
-    """A copy of `parts` parts of one variable each, `done` of them published."""
+             done: int | None = None, poisoned: bool = False, earlier: bool = False) -> None:
+    """A copy of `parts` parts of one variable each, `done` of them published (`earlier`: as
+    the runtime before raw parts published them, TensorFlow checkpoints in directories)."""
     copy = root / survivors.SURVIVORS_DIR / f"g{generation}-s{step}"
     copy.mkdir(parents=True)
     for index in range(parts if done is None else done):
-        (copy / f"part-{index}-of-{parts}.w1").mkdir()
+        name = f"part-{index}-of-{parts}.w1"
+        (copy / name).write_bytes(np.float32(index).tobytes())
+        where = {"dir": name} if earlier else {"file": name, "layout": [["float32", []]]}
         write_json(str(copy / f"part-{index}-of-{parts}.done"),
                    {"jobUid": uid, "generation": generation, "step": step, "part": index,
-                    "count": parts, "dir": f"part-{index}-of-{parts}.w1",
-                    "variables": [index], "writer": 1, "seconds": 0.1})
+                    "count": parts, **where, "variables": [index], "writer": 1,
+                    "seconds": 0.1})
     if poisoned:
         write_json(str(copy / survivors.POISONED), {"worker": 2})
 
@@ -171,6 +174,7 @@ def test_the_newest_complete_copy_of_this_job_is_chosen(tmp_path: Path) -> None:
     put_copy(tmp_path, 3, 360, done=1)  # a part never published
     put_copy(tmp_path, 3, 370, uid="another-job")  # another job's, in a hand-set directory
     put_copy(tmp_path, 3, 380, poisoned=True)  # weights moved while it was written
+    put_copy(tmp_path, 3, 385, earlier=True)  # an earlier runtime's: not read by this one
     (tmp_path / "survivors" / "g3-w1-s390").mkdir()  # not a copy's name
     newest = survivors.newest(str(tmp_path), UID)
     assert newest is not None
@@ -209,6 +213,23 @@ def test_a_copy_of_another_model_does_not_restore(tmp_path: Path) -> None:
     other.train_on_batch(X, Y)
     with pytest.raises(ValueError, match="holds 14 variables, this model has 8"):
         survivors.restore(copy, survivors.state_variables(other, None), UID)
+
+
+def test_a_part_cut_short_or_of_other_shapes_does_not_restore(tmp_path: Path) -> None:
+    model = trained()
+    assert survivors.save(model, config(tmp_path, 1), witnessed(model)) is not None
+    copy = survivors.newest(str(tmp_path), UID)
+    assert copy is not None
+    wider = keras.Sequential([keras.Input((2,)), keras.layers.Dense(4),
+                              keras.layers.Dense(1)])  # as many variables, other shapes
+    wider.compile(optimizer=keras.optimizers.Adam(0.1), loss="mse")
+    wider.train_on_batch(X, Y)
+    with pytest.raises(ValueError, match="does not hold this model's variables"):
+        survivors.restore(copy, survivors.state_variables(wider, None), UID)
+    part = max(Path(copy.path).glob("part-*.w1"), key=lambda p: p.stat().st_size)
+    part.write_bytes(part.read_bytes()[:-4])  # torn: what the sync before publishing prevents
+    with pytest.raises(ValueError, match="does not hold this model's variables"):
+        survivors.restore(copy, survivors.state_variables(trained(), None), UID)
 
 
 @pytest.mark.parametrize("updated", [False, True])
@@ -263,23 +284,17 @@ def test_a_copy_whose_weights_move_while_it_is_written_is_never_kept(
     mix of both: it is poisoned for every survivor, and never restored."""
     model = trained()
     witness = witnessed(model)
-    real = survivors._checkpoint
+    real = survivors._write_part
     writes = [0]
 
-    def checkpoint(*args: object, **kwargs: object) -> object:
-        made = real(*args, **kwargs)  # type: ignore[arg-type]
-        write = made.write
+    def write_part(*args: Any) -> Any:
+        written = real(*args)
+        writes[0] += 1
+        if lands_during_the_write and writes[0] == 2:
+            model.train_on_batch(X, Y)  # the main thread's update, mid-save
+        return written
 
-        def writing(path: str) -> str:
-            written = write(path)
-            writes[0] += 1
-            if lands_during_the_write and writes[0] == 2:
-                model.train_on_batch(X, Y)  # the main thread's update, mid-save
-            return written
-        made.write = writing
-        return made
-
-    monkeypatch.setattr(survivors, "_checkpoint", checkpoint)
+    monkeypatch.setattr(survivors, "_write_part", write_part)
     saved = survivors.save(model, config(tmp_path, 1), witness)
     if lands_during_the_write:
         assert saved is None

@@ -15,8 +15,9 @@ Survivors claim parts without a collective — the file system is the one thing 
 share — by creating `part-<i>-of-<n>.claim` only if absent, and write each part they claimed
 to a file of their own: its variables' bytes one after another, synced before the part is
 published. A part is done when its marker `part-<i>-of-<n>.done` is linked into place (the
-first writer's wins; it names the file and each variable's dtype, shape and bytes). A survivor that finds every part claimed waits for the others; a part still not
-done after a few part-writes' time (its writer died or was killed) it writes too. The copy is
+first writer's wins; it names the file and each variable's dtype and shape). A survivor
+that finds every part claimed waits for the others; a part still not done after a few
+part-writes' time (its writer died or was killed) it writes too. The copy is
 complete when every part's marker is there; the next group restores only complete copies
 (newest()), and never one a survivor found its weights moved under (`poisoned`).
 
@@ -270,7 +271,7 @@ def _write_part(path: str, variables: Sequence[tf.Variable],
     try:
         for index in indexes:
             variable = variables[index]
-            data = memoryview(np.asarray(variable.numpy()).reshape(-1).view(np.uint8))
+            data = np.asarray(variable.numpy()).reshape(-1).view(np.uint8).data
             while data:
                 data = data[os.write(fd, data):]
             layout.append((variable.dtype.name, variable.shape.as_list()))

@@ -152,15 +152,16 @@ def test_a_copy_not_complete_is_never_chosen(tmp_path: Path) -> None:
 
 
 def put_copy(root: Path, generation: int, step: int, *, uid: str = UID, parts: int = 2,
-             done: int | None = None, poisoned: bool = False, earlier: bool = False) -> None:
-    """A copy of `parts` parts of one variable each, `done` of them published (`earlier`: as
-    the runtime before raw parts published them, TensorFlow checkpoints in directories)."""
+             done: int | None = None, poisoned: bool = False, other_format: bool = False,
+             ) -> None:
+    """A copy of `parts` parts of one variable each, `done` of them published
+    (`other_format`: markers without the layout of raw parts, never read)."""
     copy = root / survivors.SURVIVORS_DIR / f"g{generation}-s{step}"
     copy.mkdir(parents=True)
     for index in range(parts if done is None else done):
         name = f"part-{index}-of-{parts}.w1"
         (copy / name).write_bytes(np.float32(index).tobytes())
-        where = {"dir": name} if earlier else {"file": name, "layout": [["float32", []]]}
+        where = {"dir": name} if other_format else {"file": name, "layout": [["float32", []]]}
         write_json(str(copy / f"part-{index}-of-{parts}.done"),
                    {"jobUid": uid, "generation": generation, "step": step, "part": index,
                     "count": parts, **where, "variables": [index], "writer": 1,
@@ -175,7 +176,7 @@ def test_the_newest_complete_copy_of_this_job_is_chosen(tmp_path: Path) -> None:
     put_copy(tmp_path, 3, 360, done=1)  # a part never published
     put_copy(tmp_path, 3, 370, uid="another-job")  # another job's, in a hand-set directory
     put_copy(tmp_path, 3, 380, poisoned=True)  # weights moved while it was written
-    put_copy(tmp_path, 3, 385, earlier=True)  # an earlier runtime's: not read by this one
+    put_copy(tmp_path, 3, 385, other_format=True)  # parts of another format: not read
     (tmp_path / "survivors" / "g3-w1-s390").mkdir()  # not a copy's name
     newest = survivors.newest(str(tmp_path), UID)
     assert newest is not None

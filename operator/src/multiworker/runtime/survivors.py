@@ -214,7 +214,7 @@ def _read_done(path: str, job_uid: str, generation: int, step: int) -> _Done | N
         same = (doc["jobUid"], int(doc["generation"]), int(doc["step"])) == \
             (job_uid, generation, step)
     except (OSError, ValueError, KeyError, TypeError):
-        return None  # unreadable, or an earlier runtime's (TensorFlow checkpoints in parts)
+        return None  # unreadable, or not raw parts
     ok = same and os.sep not in done.file and len(done.layout) == len(done.variables)
     return done if ok else None
 
@@ -271,7 +271,9 @@ def _write_part(path: str, variables: Sequence[tf.Variable],
     try:
         for index in indexes:
             variable = variables[index]
-            data = np.asarray(variable.numpy()).reshape(-1).view(np.uint8).data
+            # The variable's own buffer, not a copy (numpy() copies: at 600 MB a survivor that
+            # cost as much as the write); an update landing meanwhile writes a new buffer.
+            data = np.asarray(variable.read_value()).reshape(-1).view(np.uint8).data
             while data:
                 data = data[os.write(fd, data):]
             layout.append((variable.dtype.name, variable.shape.as_list()))

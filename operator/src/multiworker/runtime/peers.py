@@ -231,7 +231,7 @@ def resolves_here(host: str) -> tuple[Reach, str]:
     """Whether `host` (this worker's own name) resolves to an address of this pod: one it can
     bind a socket to (nothing is sent)."""
     try:
-        found = {str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)}
+        found = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)}
     except (OSError, UnicodeError) as e:
         return Reach.UNRESOLVED, f"this worker's own name does not resolve ({e})"
     for address in sorted(found):

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from multiworker.runtime.peers import poll_seconds, resolves_here
+from multiworker.runtime.peers import poll_seconds
 from multiworker.runtime.reach import (
     DROPPED_AFTER,
     Endpoint,
@@ -64,22 +64,6 @@ def test_probes_tell_unresolved_refused_and_no_answer_apart(dropping_port: int) 
     assert outcome(UNRESOLVABLE, 2222) is Reach.UNRESOLVED
     assert outcome("127.0.0.1", free_port()) is Reach.REFUSED
     assert outcome("127.0.0.1", dropping_port) is Reach.CONNECTING
-
-
-@pytest.mark.parametrize(("host", "reach", "detail"), [
-    ("localhost", Reach.READY, "resolves to this pod"),
-    ("127.0.0.1", Reach.READY, "resolves to this pod (127.0.0.1)"),
-    (UNRESOLVABLE, Reach.UNRESOLVED, "this worker's own name does not resolve"),
-    # A documentation address (RFC 5737) stands for the record of the pod this one replaced:
-    # it resolves, but to no address here (a bind is refused; nothing is sent).
-    ("192.0.2.7", Reach.UNRESOLVED,
-     "this worker's own name resolves to 192.0.2.7, not to this pod"),
-])
-def test_a_worker_waits_until_its_own_name_resolves_to_itself(
-    host: str, reach: Reach, detail: str
-) -> None:
-    found, said = resolves_here(host)
-    assert (found, said.startswith(detail)) == (reach, True), said
 
 
 def test_a_server_that_accepts_but_never_answers_is_silent(silent_port: int) -> None:

@@ -8,10 +8,7 @@ log) until every worker has registered with the coordination service on worker 0
 What can be waited for safely, in Python, with logs and a deadline:
 
 1. every peer's DNS name resolves: the Kubernetes race, a headless Service publishes a pod's
-   record only some time after the pod starts. This worker's own name too, to an address of
-   this pod: TensorFlow's server reaches itself by it, and a pod that replaced one of the same
-   name (the next generation) may for a while find no record or the old pod's (seen in CI: a
-   group's first collective aborted, "errors resolving" the worker's own name);
+   record only some time after the pod starts;
 2. the preflight (preflight.py) over the progress ports: worker 0 collects every fingerprint,
    the others wait for its verdict;
 3. on workers other than 0: worker 0's port accepts TCP, since registering needs it, and
@@ -116,7 +113,6 @@ def _wait_as_chief(
     """Collects the others' fingerprints, decides, and waits until all fetched the verdict."""
     others = [i for i in range(config.num_workers) if i != config.worker_index]
     endpoints = [_endpoint(config, i, "progress" if check else "name") for i in others]
-    endpoints += [_endpoint(config, config.worker_index, "self")]
     missing = _wait(endpoints, _prober(config, check), deadline, board, check, config)
     if check is None:
         if missing:
@@ -140,7 +136,6 @@ def _wait_as_follower(
 ) -> None:
     others = [i for i in range(1, config.num_workers) if i != config.worker_index]
     endpoints = [_endpoint(config, i, "name") for i in others]
-    endpoints += [_endpoint(config, config.worker_index, "self")]
     endpoints += [_endpoint(config, 0, "progress")] if check else []
     endpoints += [_endpoint(config, 0, "tensorflow")]
     missing = _wait(endpoints, _prober(config, check), deadline, board, check, config)
@@ -197,8 +192,6 @@ def _prober(config: RuntimeConfig, check: GroupCheck | None) -> Probe:
         try:
             if endpoint.kind == "name":
                 return _resolves(endpoint.host)
-            if endpoint.kind == "self":
-                return resolves_here(endpoint.host)
             if endpoint.kind == "tensorflow":
                 accepts(endpoint.host, endpoint.port, timeout)
                 return Reach.READY, "accepts connections"
@@ -225,25 +218,6 @@ def _resolves(host: str) -> tuple[Reach, str]:
     except (OSError, UnicodeError) as e:
         return Reach.UNRESOLVED, f"name does not resolve ({e})"
     return Reach.READY, "resolves"
-
-
-def resolves_here(host: str) -> tuple[Reach, str]:
-    """Whether `host` (this worker's own name) resolves to an address of this pod: one it can
-    bind a socket to (nothing is sent)."""
-    try:
-        found = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)}
-    except (OSError, UnicodeError) as e:
-        return Reach.UNRESOLVED, f"this worker's own name does not resolve ({e})"
-    for address in sorted(found):
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            try:
-                probe.bind((address, 0))
-            except OSError:
-                continue
-        return Reach.READY, f"resolves to this pod ({address})"
-    return Reach.UNRESOLVED, (f"this worker's own name resolves to {', '.join(sorted(found))}, "
-                              "not to this pod (the record of a pod it replaced?)")
 
 
 def _endpoint(config: RuntimeConfig, index: int, kind: str) -> Endpoint:

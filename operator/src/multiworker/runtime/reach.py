@@ -103,7 +103,7 @@ class Endpoint:
     """One thing this worker waits for on one peer: its name, or one of its ports."""
 
     worker: int
-    kind: str  # "name", "self" (this worker's own name), "tensorflow" or "progress"
+    kind: str  # "name", "tensorflow" or "progress"
     host: str
     port: int
     reach: Reach = Reach.CONNECTING
@@ -134,8 +134,7 @@ class Endpoint:
 
     def describe(self) -> str:
         """'worker-0 (host:2222, TensorFlow port): <detail>'."""
-        what = {"tensorflow": ", TensorFlow port", "progress": ", progress port",
-                "self": ", this worker"}.get(self.kind, "")
+        what = {"tensorflow": ", TensorFlow port", "progress": ", progress port"}.get(self.kind, "")
         return f"worker-{self.worker} ({self.address}{what}): {self.detail}"
 
     @property

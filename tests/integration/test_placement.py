@@ -75,7 +75,8 @@ def test_a_group_no_single_product_can_hold_waits_and_says_why(
 
     def naming_both(s: dict[str, Any]) -> dict[str, Any] | None:
         # A pass before the operator's node watch delivered both nodes names one product (CI
-        # on a loaded machine); its retry, 30 s later at most, names both.
+        # on a loaded machine); the second node's arrival wakes the job, and that pass names
+        # both.
         c = condition(s, "Running")
         good = c is not None and c["reason"] == "NoGpuProductWithRoom" and \
             all(f"{product} holds" in c["message"] for product in gpu_nodes)

@@ -269,3 +269,37 @@ def test_a_namespace_with_only_an_orphaned_workload_is_led_until_it_is_let_go() 
     released = {"metadata": {**orphan["metadata"], "finalizers": []}}
     controller._on_workload("MODIFIED", orphan, released)
     assert controller.elector._wanted == set()
+
+
+def test_a_node_with_new_room_wakes_the_jobs_held_back_and_a_heartbeat_wakes_none() -> None:
+    """A job no GPU product holds retries every 30 s; a node added (or given GPUs, a label, a
+    taint lifted) is what it waits for, so its pass comes at once. Other jobs stay asleep."""
+    controller = Controller(None, [NAMESPACE], None)  # type: ignore[arg-type]
+    held = versioned("5", blockedSince="2026-11-30T00:00:00Z")
+    held["metadata"]["name"] = "held"
+    controller.view.job_store.put(held)
+    controller.view.job_store.put(versioned("6"))  # "demo": running, not held back
+
+    def node(**allocatable: str) -> dict[str, Any]:
+        return {"metadata": {"name": "gpu-1", "labels": {"nvidia.com/gpu.product": "H100"}},
+                "spec": {"taints": []}, "status": {"allocatable": allocatable, "conditions": []}}
+
+    def woken() -> set[tuple[str, str]]:
+        async def drain() -> set[tuple[str, str]]:
+            keys = set()
+            while controller.queue.waiting():
+                key = await controller.queue.get()
+                controller.queue.done(key)
+                keys.add(key)
+            return keys
+        return asyncio.run(drain())
+
+    controller._on_node("ADDED", None, node(**{"nvidia.com/gpu": "8"}))
+    assert woken() == {(NAMESPACE, "held")}
+    eight, none = node(**{"nvidia.com/gpu": "8"}), node(**{"nvidia.com/gpu": "0"})
+    controller._on_node("MODIFIED", eight, eight)
+    assert woken() == set()  # a heartbeat: the same room
+    controller._on_node("MODIFIED", none, eight)
+    assert woken() == {(NAMESPACE, "held")}
+    controller._on_node("DELETED", eight, None)
+    assert woken() == set()  # no room comes from a node gone

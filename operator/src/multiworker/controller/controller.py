@@ -276,9 +276,20 @@ class Controller:
             self.queue.add(job)
 
     def _on_node(self, kind: str, old: Manifest | None, new: Manifest | None) -> None:
+        if new is not None and (old is None or _node_room(old) != _node_room(new)):
+            self._wake_held_back_jobs()
         if old is not None and new is not None and _node_health(old) == _node_health(new):
-            return  # a heartbeat or label change: nothing a pass looks at
+            return  # a heartbeat or label change: nothing lost-node detection looks at
         self._wake_jobs_on((new or old or {}).get("metadata", {}).get("name", ""))
+
+    def _wake_held_back_jobs(self) -> None:
+        """A node added, or one whose labels, taints or resources changed, may be the room a
+        job held back waits for (no GPU product holds it, creation._hold_back): its pass looks
+        now rather than at its next retry, up to 30 s later. Rare events, so a scan."""
+        for key in self.view.job_store:
+            body = self.view.cached_job(*key)
+            if body is not None and (body.get("status") or {}).get("blockedSince"):
+                self.queue.add(key)
 
     def _on_lease(self, kind: str, old: Manifest | None, new: Manifest | None) -> None:
         node = self.view.heartbeats.on_lease(kind, old, new)
@@ -364,6 +375,17 @@ class Controller:
         await asyncio.to_thread(self.cluster.patch_pods, [PodPatch(
             target.namespace, target.pod, target.uid,
             annotations={names.ANNOTATION_LAUNCHER: report})])
+
+
+def _node_room(node: Manifest) -> tuple[Any, ...]:
+    """What GPU placement reads of a node (creation.usable_nodes): labels, taints, whether it
+    is cordoned, allocatable resources."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, \
+        node.get("status") or {}
+    return (sorted((meta.get("labels") or {}).items()),
+            sorted((t.get("key", ""), t.get("value", ""), t.get("effect", ""))
+                   for t in spec.get("taints") or []),
+            bool(spec.get("unschedulable")), sorted((status.get("allocatable") or {}).items()))
 
 
 def _node_health(node: Manifest) -> tuple[Any, ...]:

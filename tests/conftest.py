@@ -30,18 +30,20 @@ from tests.support import has_failed
 
 LOG_DIR = REPO / "test-logs"
 TEST_NAMESPACE_PREFIX = "t-"  # every namespace the `namespace` fixture makes
+KWOK_SCRIPT = REPO / "hack/cluster/fake-nodes.sh"
 
 
-# kwok's nodes (`fake_nodes`) are Ready but run nothing and carry no taint: other tests' pods
-# would land there and wait forever, so their tests run alone. The test's own fake nodes
-# (integration/fake_nodes.py) carry a NoSchedule taint that only their tests' pods tolerate, and
-# a GPU product on nodes a job cannot use is no candidate for it (creation.usable_nodes): their
-# tests share the cluster, one at a time among themselves (a fake node going silent while
-# another test's does would look like most nodes going at once: the control plane).
+# Fake nodes carry a NoSchedule taint that only their tests' pods tolerate, and a GPU product on
+# nodes a job cannot use is no candidate for it (creation.usable_nodes), so their tests share the
+# cluster with the others. Each kind is used by one test at a time: kwok's (`fake_nodes`,
+# hack/cluster/fake-nodes.sh) are the same two nodes for every test, and a test's own
+# (`fake_node`, integration/fake_nodes.py) going silent while another test's does would look
+# like most nodes going at once (the control plane).
 # Fixtures that wait for a binary .ci/run builds in the background while the tests run.
 BUILT_BESIDE = {"gang_scheduler", "kueue", "prometheus", "promtool"}
-UNTAINTED_FAKE_NODES = "fake_nodes"
-TAINTED_FAKE_NODES = "fake_node"
+KWOK_NODES = "fake_nodes"
+OWN_FAKE_NODES = "fake_node"
+USES_KWOK_NODES = pytest.mark.shares("kwok-nodes")
 USES_FAKE_NODES = pytest.mark.shares("fake-nodes")
 
 
@@ -58,10 +60,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if UNTAINTED_FAKE_NODES in fixtures:
-            item.add_marker(pytest.mark.alone(
-                "its kwok nodes are Ready but run nothing: other tests' pods would wait there"))
-        elif TAINTED_FAKE_NODES in fixtures:
+        if KWOK_NODES in fixtures:
+            item.add_marker(USES_KWOK_NODES)
+        if OWN_FAKE_NODES in fixtures:
             item.add_marker(USES_FAKE_NODES)
         if "launcher" in fixtures:
             # TensorFlow groups on loopback (runtime tier) bound how long an abort takes on two
@@ -105,6 +106,34 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("measured")
         for test, key, value in figures:
             terminalreporter.write_line(f"{key.removeprefix('figure: ')}: {value}  ({test})")
+    workers = worker_timelines(terminalreporter)
+    if len(workers) > 1:
+        terminalreporter.section("pytest-xdist workers")
+        for line in workers:
+            terminalreporter.write_line(line)
+
+
+def worker_timelines(terminalreporter: pytest.TerminalReporter) -> list[str]:
+    """Each worker's tests, busy time and when it ran out of work, from the run's start: the
+    worker that finishes last is the run's critical path, and its last tests say why."""
+    phases = [report for reports in terminalreporter.stats.values() for report in reports
+              if isinstance(report, pytest.TestReport) and getattr(report, "start", 0)]
+    if not phases:
+        return []
+    began = min(report.start for report in phases)
+    by_worker: dict[str, list[pytest.TestReport]] = {}
+    for report in phases:
+        node = getattr(report, "node", None)
+        by_worker.setdefault(getattr(getattr(node, "gateway", None), "id", "main"),
+                             []).append(report)
+    lines = []
+    for worker, reports in sorted(by_worker.items(), key=lambda kv: max(r.stop for r in kv[1])):
+        last = max(reports, key=lambda r: r.stop)
+        tests = len({r.nodeid for r in reports})
+        busy = sum(r.stop - r.start for r in reports)
+        lines.append(f"{worker}: {tests} tests, busy {busy:.0f} s, done at +{last.stop - began:.0f} s"
+                     f" (its last: {last.nodeid})")
+    return lines
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -164,6 +193,9 @@ def leave_sessions(cluster: Cluster) -> None:
             cluster.kubectl("-n", namespace, "scale", "deployment", name,
                             f"--replicas={replicas}", check=False)
         state["paused"] = []
+        if state.pop("kwok", False):
+            subprocess.run([str(KWOK_SCRIPT), "--delete"], check=False,
+                           env={**os.environ, **cluster.env}, timeout=300)
     path.write_text(json.dumps(state))
 
 
@@ -189,14 +221,18 @@ def pause_installed_operators(cluster: Cluster) -> list[tuple[str, str, int]]:
 
 @pytest.fixture(scope="session")
 def fake_nodes(cluster: Cluster) -> Iterator[list[str]]:
-    """Two kwok fake nodes for pods that need not run (deleted at the end of the session)."""
+    """Two kwok fake nodes for pods that need not run, tainted (hack/cluster/fake-nodes.sh);
+    deleted when the last test session on the cluster ends, which another pytest-xdist
+    worker's may be."""
     if cluster.kind != "local":
         pytest.skip("kwok fake nodes are set up on the local cluster only")
-    script = str(REPO / "hack/cluster/fake-nodes.sh")
-    env = {**os.environ, **cluster.env}
-    subprocess.run([script, "2", "8"], check=True, env=env, timeout=300)
+    subprocess.run([str(KWOK_SCRIPT), "2", "8"], check=True, env={**os.environ, **cluster.env},
+                   timeout=300)
     yield ["fake-0", "fake-1"]
-    subprocess.run([script, "--delete"], check=False, env=env, timeout=300)
+    with one_setup_at_a_time(cluster.kind):
+        path, state = live_sessions(cluster)
+        state["kwok"] = True  # leave_sessions deletes them
+        path.write_text(json.dumps(state))
 
 
 @pytest.fixture(scope="session")

@@ -4,15 +4,17 @@ Its size and seed come from the environment (config.py): `make test` runs the bo
 `make chaos` the full one. Every case records its figures with the `figures` fixture; they
 are printed at the end of the run (and written to test-logs/chaos-figures.txt).
 
-The control-plane cases stop the shared cluster's API server and etcd: run this tier only
-while holding the cluster (`flock /tmp/mw-cluster.lock ...`), never beside other cluster tests.
+The control-plane cases stop the shared cluster's API server and etcd, and others time what
+they measure: those run alone (tests.support.alone), never beside other cluster tests.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,21 +76,29 @@ def control(cluster: Cluster) -> ControlPlane:
 
 @pytest.fixture(autouse=True)
 def alone(request: pytest.FixtureRequest) -> None:
-    """No other operator instance may run in the cluster (a Helm release left behind, say):
-    it acts on every namespace and would take the test operators' Leases, so the cases would
-    measure it instead of the operator they start and kill."""
+    """No other operator instance may handle the case's namespace (a cluster-wide Helm release
+    left behind, say): it would take the test operator's Leases, so the case would measure it
+    instead of the operator it starts and kills. The tests' own releases each handle only their
+    own namespace."""
     if "operator" not in request.fixturenames:
         return
     cluster: Cluster = request.getfixturevalue("cluster")
+    namespace: str = request.getfixturevalue("namespace")
     found = cluster.kubectl("get", "pods", "-A", "-l", "app.kubernetes.io/name=multiworker-operator",
-                            "--field-selector=status.phase=Running", "-o",
-                            "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} "
-                            "{.metadata.labels.app\\.kubernetes\\.io/instance}{'\\n'}{end}")
-    others = found.stdout.split("\n")
-    others = [line for line in others if line.strip()]
+                            "--field-selector=status.phase=Running", "-o", "json")
+    others = [f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+              for pod in json.loads(found.stdout)["items"] if handles(pod, namespace)]
     if others:
-        pytest.fail("another operator instance runs in the cluster and would compete for the "
-                    "test operators' Leases: " + "; ".join(others) + " (helm uninstall it)")
+        pytest.fail("another operator instance handles this namespace and would compete for the "
+                    "test operator's Leases: " + "; ".join(others) + " (helm uninstall it)")
+
+
+def handles(pod: dict[str, Any], namespace: str) -> bool:
+    """Whether an operator pod handles jobs in `namespace` (the chart passes --all-namespaces
+    or one --namespace=NS per watched namespace; any other form counts as handling it)."""
+    args = [arg for c in pod["spec"]["containers"] for arg in c.get("args") or []]
+    listed = {arg.split("=", 1)[1] for arg in args if arg.startswith("--namespace=")}
+    return "--all-namespaces" in args or not listed or namespace in listed
 
 
 @pytest.fixture

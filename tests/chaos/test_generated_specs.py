@@ -28,10 +28,9 @@ from tests.chaos.rest import Rest, apply, jobs_path
 from tests.chaos.schema import crd_schema
 from tests.cluster import REPO, Cluster
 from tests.integration.conftest import OperatorProcess
-from tests.support import alone, wait_for
+from tests.support import wait_for
 
-pytestmark = [pytest.mark.usefixtures("fake_nodes", "crds"), pytest.mark.timeout(1800),
-              alone("no other operator may run (chaos/conftest.py `alone`)")]
+pytestmark = [pytest.mark.usefixtures("fake_nodes", "crds"), pytest.mark.timeout(1800)]
 
 BATCH = 50
 STEADY = ("Running", "Suspended", "Succeeded", "Failed")

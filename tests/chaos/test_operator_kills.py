@@ -34,10 +34,9 @@ from tests.chaos.scenario import (
 from tests.cluster import Cluster
 from tests.integration.conftest import OperatorProcess
 from tests.integration.jobs import Jobs, condition
-from tests.support import alone, wait_for
+from tests.support import wait_for
 
-pytestmark = [pytest.mark.usefixtures("images", "fake_nodes"), pytest.mark.timeout(1800),
-              alone("no other operator may run (chaos/conftest.py `alone`)")]
+pytestmark = [pytest.mark.usefixtures("images", "fake_nodes"), pytest.mark.timeout(1800)]
 
 TERMINAL = ("Succeeded", "Failed")
 

@@ -2,7 +2,8 @@
 
 Its size and seed come from the environment (config.py): `make test` runs the bounded form,
 `make chaos` the full one. Every case records its figures with the `figures` fixture; they
-are printed at the end of the run (and written to test-logs/chaos-figures.txt).
+are printed at the end of the run, under "measured" (and appended to
+test-logs/chaos-figures.txt).
 
 The control-plane cases stop the shared cluster's API server and etcd, and others time what
 they measure: those run alone (tests.support.alone), never beside other cluster tests.
@@ -29,42 +30,33 @@ from tests.integration.conftest import (  # noqa: F401 (fixtures shared with int
     operator,
 )
 
-FIGURES: list[tuple[str, str]] = []
 FIGURES_FILE = REPO / "test-logs" / "chaos-figures.txt"
 
 
 @pytest.fixture(scope="session")
 def chaos() -> Chaos:
-    settings = from_env()
-    FIGURES.append(("settings", settings.describe()))
-    return settings
+    return from_env()
 
 
 class Figures:
-    """What one case measured, one line per figure, printed after the run."""
+    """What one case measured, one line per figure: in the test's report, so pytest's summary
+    lists them whichever pytest-xdist worker ran the case (tests/conftest.py, "measured"), and
+    appended to test-logs/chaos-figures.txt with the settings the case ran with."""
 
-    def __init__(self, case: str) -> None:
-        self.case = case
+    def __init__(self, item: pytest.Item, settings: Chaos) -> None:
+        self.item, self.settings = item, settings
 
     def __call__(self, text: str) -> None:
-        FIGURES.append((self.case, text))
-        print(f"[{self.case}] {text}")
+        self.item.user_properties.append(("figure: chaos", text))
+        print(f"[{self.item.name}] {text}")
+        FIGURES_FILE.parent.mkdir(parents=True, exist_ok=True)
+        with FIGURES_FILE.open("a") as out:
+            out.write(f"{self.item.name} ({self.settings.describe()}): {text}\n")
 
 
 @pytest.fixture
-def figures(request: pytest.FixtureRequest) -> Figures:
-    return Figures(request.node.name)
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not FIGURES:
-        return
-    terminalreporter.section("chaos figures")
-    lines = [f"{case}: {text}" for case, text in FIGURES]
-    for line in lines:
-        terminalreporter.write_line(line)
-    FIGURES_FILE.parent.mkdir(parents=True, exist_ok=True)
-    FIGURES_FILE.write_text("\n".join(lines) + "\n")
+def figures(request: pytest.FixtureRequest, chaos: Chaos) -> Figures:
+    return Figures(request.node, chaos)
 
 
 @pytest.fixture(scope="session")

@@ -80,6 +80,11 @@ def wait_node_ready(cluster: Cluster, node: str, timeout: float = 240) -> None:
     wait_for(ready, timeout, describe=f"node {node} Ready again")
 
 
+def wait_node_schedulable(cluster: Cluster, node: str, timeout: float = 120) -> None:
+    wait_for(lambda: node in cluster.schedulable_workers(), timeout,
+             describe=f"node {node} schedulable again (no NoSchedule taint, not cordoned)")
+
+
 @pytest.mark.usefixtures("operator")
 def test_four_workers_on_two_nodes_train_through_the_pod_network(
     jobs: Jobs, checkpoint_claim: str, worker_nodes: list[str]
@@ -102,6 +107,7 @@ class Outages:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self._ends: dict[str, Callable[[], object]] = {}
+        self._nodes: set[str] = set()  # every node an outage touched
 
     def freeze(self, node: str) -> None:
         """`docker pause`: kubelet, containers and their sockets stop dead (a hung node)."""
@@ -131,14 +137,18 @@ class Outages:
         self._ends[node] = end
 
     def end(self, node: str) -> None:
+        self._nodes.add(node)
         self._ends.pop(node)()
 
     def end_all(self) -> None:
-        nodes = list(self._ends)
-        for node in nodes:
+        """Every outage ended, and each node back for the next test: Ready, and schedulable
+        again (the node lifecycle controller lifts its NoSchedule taints seconds after Ready,
+        more on a busy machine: in CI the next test found one worker node)."""
+        for node in list(self._ends):
             self.end(node)
-        for node in nodes:
+        for node in sorted(self._nodes):
             wait_node_ready(self.cluster, node)
+            wait_node_schedulable(self.cluster, node)
 
     def _control_plane(self) -> tuple[str, str]:
         out = self.cluster.docker(

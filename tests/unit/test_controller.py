@@ -279,6 +279,10 @@ def test_a_node_with_new_room_wakes_the_jobs_held_back_and_a_heartbeat_wakes_non
     held["metadata"]["name"] = "held"
     controller.view.job_store.put(held)
     controller.view.job_store.put(versioned("6"))  # "demo": running, not held back
+    fresh = {"metadata": {"name": "gpu-0"}, "spec": {}, "status": {}}
+    controller._on_node("ADDED", None, fresh)
+    assert len(controller.queue) == 0  # the initial list: start() queues every job once synced
+    controller._caches_synced = True
 
     def node(**allocatable: str) -> dict[str, Any]:
         return {"metadata": {"name": "gpu-1", "labels": {"nvidia.com/gpu.product": "H100"}},

@@ -112,6 +112,8 @@ class Controller:
     _jobs_per_namespace: dict[str, int] = field(init=False, default_factory=dict)
     # Nodes with workers whose Lease went silent, their jobs told once; told again on renewal.
     _silent_nodes: set[str] = field(init=False, default_factory=set)
+    # Until then a node's ADDED is the initial list, and start() queues every job once synced.
+    _caches_synced: bool = field(init=False, default=False)
     # Not waited for at start: without RBAC for kube-node-lease, the operator runs on and
     # finds lost nodes by their status alone.
     _lease_informer: Informer | None = field(init=False, default=None)
@@ -163,7 +165,7 @@ class Controller:
         self._lease_informer.on_state = self.view.heartbeats.watch_state
         self._lease_informer.start()
         await asyncio.to_thread(self._wait_synced)
-        self.workloads.synced = True
+        self.workloads.synced = self._caches_synced = True
         log.info("caches synced: %d jobs, %d pods, %d nodes", len(self.view.job_store),
                  len(self.view.pod_store), len(self.view.node_store))
         self._tasks = [asyncio.create_task(self.passes.work(), name=f"pass worker {i}")
@@ -285,7 +287,10 @@ class Controller:
     def _wake_held_back_jobs(self) -> None:
         """A node added, or one whose labels, taints or resources changed, may be the room a
         job held back waits for (no GPU product holds it, creation._hold_back): its pass looks
-        now rather than at its next retry, up to 30 s later. Rare events, so a scan."""
+        now rather than at its next retry, up to 30 s later. Rare events, so a scan (not
+        during the initial list: nodes × jobs)."""
+        if not self._caches_synced:
+            return
         for key in self.view.job_store:
             body = self.view.cached_job(*key)
             if body is not None and (body.get("status") or {}).get("blockedSince"):

@@ -1,6 +1,7 @@
 """Jobs whose workers live on kwok fake nodes (hack/cluster/fake-nodes.sh): nothing runs, kwok
 reports the pods Running at once and removes deleted ones at once. A worker "exits" when the
-test writes into its pod status what a kubelet would write for that exit."""
+test writes into its pod status what a kubelet would write for that exit, and a deletion cut
+in half is finished as a kubelet would finish it (finish_deletion)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,22 @@ def kwok_job(name: str, workers: int, **spec: Any) -> Obj:
                                        "terminationGracePeriodSeconds": 0}},
                  **spec},
     }
+
+
+# A pod deleted with grace 0 is two writes in the API server: deletionTimestamp set, then the
+# object removed. A client killed between them (the operator, SIGKILLed in a DeleteCollection)
+# leaves the pod terminating, for its kubelet to finish; kwok's stages leave grace-0 pods alone
+# (kwok/stages.yaml: it deletes by name), so the test does it, by uid, as a kubelet does.
+CUT_AFTER_SECONDS = 2.0
+
+
+def finish_deletion(rest: Rest, namespace: str, pod: str, uid: str) -> bool:
+    """Remove a terminating pod of uid `uid` (grace 0, uid precondition: never a successor of
+    the same name); whether this call removed it."""
+    answer = rest.request("DELETE", pods_path(namespace, pod),
+                          {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                           "preconditions": {"uid": uid}})
+    return answer.ok
 
 
 def _now() -> str:

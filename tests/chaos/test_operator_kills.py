@@ -20,7 +20,7 @@ import pytest
 from tests.chaos.config import Chaos
 from tests.chaos.conftest import Figures, operator_log
 from tests.chaos.invariants import check, leftovers
-from tests.chaos.kwok import exit_worker, kwok_job
+from tests.chaos.kwok import CUT_AFTER_SECONDS, exit_worker, finish_deletion, kwok_job
 from tests.chaos.recorder import Recorder
 from tests.chaos.rest import MERGE, Rest, apply, jobs_path, pods_path
 from tests.chaos.scenario import (
@@ -49,6 +49,7 @@ class Driver:
         self.rest = Rest(cluster.api_client())
         self.jobs, self.ns, self.recorder = jobs, jobs.namespace, recorder
         self.plans = {p.name: p for p in plans}
+        self.finished_cut: list[str] = []  # pods whose deletion a kill cut in half
 
     def perform(self, action: Action) -> None:
         plan, pod = self.plans[action.job], f"{action.job}-worker-{action.worker}"
@@ -93,8 +94,21 @@ class Driver:
                 if e.name.startswith(f"{job}-worker-") and not e.deleting
                 and e.phase not in TERMINAL]
 
+    def finish_cut_deletions(self) -> None:
+        """Pods terminating for longer than a kubelet takes: their deletion was cut by a kill
+        (kwok.finish_deletion)."""
+        now = time.monotonic()
+        for pod in self.recorder.live_pods().values():
+            if pod.deleting and now - pod.at > CUT_AFTER_SECONDS and \
+                    pod.uid not in self.finished_cut and \
+                    finish_deletion(self.rest, self.ns, pod.name, pod.uid):
+                self.finished_cut.append(pod.uid)
+
     def wait(self, action: Action, timeout: float = 120) -> None:
-        wait_for(lambda: self.reached(action), timeout, 0.1,
+        def reached() -> bool:
+            self.finish_cut_deletions()
+            return self.reached(action)
+        wait_for(reached, timeout, 0.1,
                  lambda: f"{action.job} after {action.step} to show {action.expect}\n"
                  f"{self.jobs.describe(action.job)}")
 
@@ -128,7 +142,10 @@ def test_operator_sigkilled_at_random_instants(
     for plan in plans:  # finished jobs go too; their pods must follow
         if jobs.get(plan.name) is not None:
             driver.rest.call("DELETE", jobs_path(jobs.namespace, plan.name))
-    wait_for(lambda: not recorder.live_pods() and not recorder.live_jobs(), 120, 0.2,
+    def all_gone() -> bool:
+        driver.finish_cut_deletions()
+        return not recorder.live_pods() and not recorder.live_jobs()
+    wait_for(all_gone, 120, 0.2,
              lambda: "every pod to go with its job: " + "; ".join(
                  leftovers(recorder.live_pods().values(), recorder.live_jobs())))
     pods, job_events = recorder.snapshot()
@@ -145,6 +162,8 @@ def test_operator_sigkilled_at_random_instants(
     figures("action to expected status, kills and restarts included, median/max: " + ", ".join(
         f"{step} {statistics.median(t):.1f}/{max(t):.1f}s" for step, t in sorted(
             settles.items())))
+    figures(f"deletions cut by a kill and finished as a kubelet would: "
+            f"{len(driver.finished_cut)}")
     figures(f"invariants: {report.figures()}")
     figures(f"operator log: {log.count('reconcile failed')} failed passes (retried), "
             f"{log.count('Traceback')} tracebacks")

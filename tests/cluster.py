@@ -96,6 +96,13 @@ class Cluster:
     def kubectl_path(self) -> str:
         return shutil.which("kubectl", path=self.env["PATH"]) or "kubectl"
 
+    def remove_shared(self, path: str) -> None:
+        """Remove `path`, under shared_dir, once its test is done with it: hostPath volumes have
+        no deleter outside /tmp, so whatever their reclaim policy their files stay behind (this
+        machine's folder; kind's nodes mount it at the same path)."""
+        if self.shared_dir:
+            shutil.rmtree(f"{self.shared_dir}/{path}", ignore_errors=True)
+
     def api_client(self):  # type: ignore[no-untyped-def]
         from kubernetes import config
 

@@ -12,7 +12,6 @@ they measure: those run alone (tests.support.alone), never beside other cluster 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,6 +110,5 @@ def shared_dir(cluster: Cluster, namespace: str) -> Iterator[str]:
     every node: the honest job's workers may land on different ones (kind)."""
     if cluster.shared_dir is None:
         pytest.skip("no directory shared by every node is known for the honest job's heartbeat")
-    path = f"{cluster.shared_dir}/chaos-{namespace}"
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    yield f"{cluster.shared_dir}/chaos-{namespace}"
+    cluster.remove_shared(f"chaos-{namespace}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -105,6 +104,4 @@ def checkpoint_claim(cluster: Cluster, namespace: str) -> Iterator[str]:
     cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(claim))
     yield "checkpoints"
     cluster.kubectl("delete", "pv", volume_name, "--wait=false", check=False)
-    # Retain keeps the files, and hostPath volumes have no deleter: the directory is this
-    # machine's (the kind nodes mount it at the same path).
-    shutil.rmtree(f"{cluster.shared_dir}/e2e/{namespace}", ignore_errors=True)
+    cluster.remove_shared(f"e2e/{namespace}")

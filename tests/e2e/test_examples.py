@@ -46,6 +46,7 @@ def example_claim(cluster: Cluster, jobs: Jobs) -> Any:
     jobs.apply(claim)
     yield claim["metadata"]["name"]
     cluster.kubectl("delete", "pv", volume["metadata"]["name"], "--wait=false", check=False)
+    cluster.remove_shared(f"e2e/{jobs.namespace}-example")
 
 
 def held_out_accuracy(jobs: Jobs, pod: str) -> float:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -235,8 +234,7 @@ def test_checkpoint_volume_survives_a_group_restart(jobs: Jobs) -> None:
         jobs.kubectl("delete", "mwj", "train", "--ignore-not-found", "--wait=true")
         jobs.kubectl("delete", "pvc", "ckpt", "--ignore-not-found", "--wait=false")
         jobs.cluster.kubectl("delete", "pv", volume, "--ignore-not-found", "--wait=false")
-        if jobs.cluster.shared_dir:  # a hostPath volume's reclaim deletes nothing outside /tmp
-            shutil.rmtree(f"{shared}/{volume}", ignore_errors=True)
+        jobs.cluster.remove_shared(volume)
 
 
 def test_worker_network_policy_admits_the_workers_and_the_operator(

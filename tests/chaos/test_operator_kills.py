@@ -49,7 +49,7 @@ class Driver:
         self.rest = Rest(cluster.api_client())
         self.jobs, self.ns, self.recorder = jobs, jobs.namespace, recorder
         self.plans = {p.name: p for p in plans}
-        self.finished_cut: list[str] = []  # pods whose deletion a kill cut in half
+        self.finished_cut: set[str] = set()  # uids of pods whose deletion a kill cut in half
 
     def perform(self, action: Action) -> None:
         plan, pod = self.plans[action.job], f"{action.job}-worker-{action.worker}"
@@ -102,7 +102,7 @@ class Driver:
             if pod.deleting and now - pod.at > CUT_AFTER_SECONDS and \
                     pod.uid not in self.finished_cut and \
                     finish_deletion(self.rest, self.ns, pod.name, pod.uid):
-                self.finished_cut.append(pod.uid)
+                self.finished_cut.add(pod.uid)
 
     def wait(self, action: Action, timeout: float = 120) -> None:
         def reached() -> bool:
